@@ -1,0 +1,42 @@
+"""API routes of the desk: one escalation."""
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router
+from ninja.errors import HttpError
+
+from escalations.models import Escalation
+from fleet.api import fleet_ids
+
+router = Router(tags=["escalations"])
+
+
+@router.get("/escalations/{escalation_id}", summary="An escalation with its packet and answer")
+def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any]:
+    escalation = (
+        Escalation.objects.filter(pk=escalation_id, fleet_id__in=fleet_ids(request))
+        .select_related("run", "task", "packet", "claimed_by")
+        .first()
+    )
+    if escalation is None:
+        raise HttpError(404, f"no escalation {escalation_id}")
+    answer = getattr(escalation, "answer", None)
+    return {
+        "id": escalation.pk,
+        "run": escalation.run.key,
+        "task": escalation.task.key,
+        "status": escalation.status,
+        "reason": escalation.reason,
+        "opened_at": escalation.opened_at,
+        "question": escalation.packet.smallest_unblocking_question if escalation.packet else None,
+        "packet": escalation.packet.content if escalation.packet else None,
+        "claimed_by": escalation.claimed_by.get_username() if escalation.claimed_by else None,
+        "answer": {
+            "text": answer.text,
+            "by": answer.reviewer.get_username(),
+            "at": answer.answered_at,
+        }
+        if answer
+        else None,
+    }

@@ -1,0 +1,66 @@
+"""The human desk: failure packets, escalations and answers."""
+
+from django.conf import settings
+from django.db import models
+
+from fleet.models import Agent, Fleet
+from runs.models import Run, Task
+
+
+class FailurePacket(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="packets")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="packets")
+    content = models.JSONField()
+    smallest_unblocking_question = models.CharField(max_length=500)
+    submitted_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.smallest_unblocking_question
+
+
+class Escalation(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "open"
+        CLAIMED = "claimed"
+        ANSWERED = "answered"
+        RETURNED = "returned"
+        CLOSED = "closed"
+
+    OPEN_STATES = (Status.OPEN, Status.CLAIMED)
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="escalations")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="escalations")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="escalations")
+    packet = models.ForeignKey(FailurePacket, null=True, blank=True, on_delete=models.SET_NULL)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    reason = models.TextField(blank=True, help_text="Why the work was escalated.")
+    attempt_number = models.PositiveIntegerField(default=0)
+    opened_at = models.DateTimeField()
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    first_looked_at = models.DateTimeField(null=True, blank=True)
+    packet_opened_at = models.DateTimeField(null=True, blank=True)
+    acted_at = models.DateTimeField(null=True, blank=True)
+    returned_reason = models.TextField(blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["fleet", "status", "opened_at", "id"]),
+            models.Index(fields=["status", "opened_at", "id"]),
+            models.Index(fields=["task", "status"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"escalation {self.pk} ({self.status})"
+
+
+class Answer(models.Model):
+    escalation = models.OneToOneField(Escalation, on_delete=models.CASCADE, related_name="answer")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    text = models.TextField()
+    option = models.CharField(max_length=500, blank=True)
+    answered_at = models.DateTimeField()
+    released = models.JSONField(default=list, blank=True, help_text="Tasks the answer released.")

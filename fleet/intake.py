@@ -1,0 +1,208 @@
+"""The signed webhook intake: authenticate, deduplicate, validate, apply in one transaction."""
+
+import hashlib
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import IntegrityError, transaction
+
+from fleet import signing
+from fleet.events import Invalid, Strict, error, parse
+from fleet.models import Agent, Event
+
+log = logging.getLogger(__name__)
+
+UNAUTHORIZED = {"errors": [{"loc": "webhook-signature", "msg": "authentication failed"}]}
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Context:
+    """Who sent an event, for whom it acts, and when it happened."""
+
+    sender: Agent
+    actor: Agent
+    at: datetime
+    imported: bool = False
+
+
+Handler = Callable[[Context, Any], dict[str, Any]]
+
+
+def handlers() -> Mapping[str, Handler]:
+    from escalations import services as desk
+    from fleet import services as fleet_services
+    from runs import services as work
+
+    return {
+        "run.started": work.run_start,
+        "tasks.added": work.tasks_add,
+        "task.started": work.task_start,
+        "claim.posted": work.claim_post,
+        "claim.checked": work.claim_check,
+        "task.finished": work.task_finish,
+        "capability.changed": fleet_services.capability_change_from_agent,
+        "packet.submitted": desk.packet_submit,
+    }
+
+
+def find_agent(agent_id: str) -> Agent | None:
+    try:
+        key = uuid.UUID(agent_id)
+    except ValueError:
+        return None
+    return Agent.objects.select_related("fleet").filter(pk=key).first()
+
+
+def authenticate(agent_id: str, headers: Mapping[str, str], body: bytes) -> Agent | None:
+    agent = find_agent(agent_id)
+    # An unknown agent costs the same HMAC work as a known one with a wrong key.
+    secrets = (
+        list(agent.signing_keys.filter(active=True).values_list("secret", flat=True))
+        if agent
+        else ["whsec_" + "A" * 32]
+    )
+    try:
+        signing.verify(secrets, headers=headers, body=body)
+    except signing.SignatureError:
+        return None
+    return agent
+
+
+def over_rate(agent: Agent) -> int:
+    """Seconds to wait if the agent is over its limit in the current window, else 0."""
+    window = settings.AGENT_RATE_WINDOW_SECONDS
+    now = time.time()
+    slot = int(now // window)
+    key = f"rate:{agent.pk}:{slot}"
+    cache.add(key, 0, timeout=window * 2)
+    try:
+        count = cache.incr(key)
+    except ValueError:
+        cache.set(key, 1, timeout=window * 2)
+        count = 1
+    if count > settings.AGENT_RATE_LIMIT:
+        return max(1, math.ceil((slot + 1) * window - now))
+    return 0
+
+
+def actor_for(sender: Agent, data: Strict) -> Agent:
+    name = getattr(data, "agent", None)
+    if name is None or name == sender.name:
+        return sender
+    if not sender.is_orchestrator:
+        raise Invalid([error("data.agent", "only an orchestrator may act as another agent")], status=403)
+    actor = Agent.objects.filter(fleet_id=sender.fleet_id, name=name).first()
+    if actor is None:
+        raise Invalid([error("data.agent", f"no agent {name!r} in this fleet")])
+    return actor
+
+
+def event_time(stamp: datetime) -> datetime:
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_type: str) -> Reply:
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        return Reply(415, {"errors": [error("content-type", "must be application/json")]})
+    if len(body) > settings.WEBHOOK_MAX_BODY_BYTES:
+        limit = settings.WEBHOOK_MAX_BODY_BYTES
+        return Reply(413, {"errors": [error("body", f"larger than the limit of {limit} bytes")]})
+    agent = authenticate(agent_id, headers, body)
+    if agent is None:
+        return Reply(401, UNAUTHORIZED)
+    wait = over_rate(agent)
+    if wait:
+        return Reply(
+            429,
+            {"errors": [error("agent", f"too many requests; retry in {wait} s")]},
+            {"Retry-After": str(wait)},
+        )
+    try:
+        raw = json.loads(body)
+    except ValueError as exc:
+        return Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
+    return apply(agent=agent, webhook_id=headers["webhook-id"], body=body, raw=raw)
+
+
+def apply(*, agent: Agent, webhook_id: str, body: bytes, raw: object, imported: bool = False) -> Reply:
+    """Apply one event once: a replay of its webhook-id gets the first response."""
+    digest = hashlib.sha256(body).hexdigest()
+    previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
+    if previous is not None:
+        return replay(previous, digest)
+    try:
+        envelope, data = parse(raw)
+        packet_too_big(data)
+    except Invalid as exc:
+        return Reply(exc.status, {"errors": exc.errors})
+    for _ in range(2):
+        try:
+            return _apply_once(agent, webhook_id, digest, envelope, data, imported)
+        except IntegrityError:
+            previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
+            if previous is not None:
+                return replay(previous, digest)
+            # A concurrent event created the same row first (a run, a claim): apply again.
+    return Reply(409, {"errors": [error("body", "conflicts with a concurrent event; retry")]})
+
+
+def _apply_once(
+    agent: Agent, webhook_id: str, digest: str, envelope: Any, data: Strict, imported: bool
+) -> Reply:
+    try:
+        with transaction.atomic():
+            # The unique (agent, webhook_id) row goes in first: concurrent copies wait on it.
+            event = Event(
+                fleet_id=agent.fleet_id,
+                agent=agent,
+                webhook_id=webhook_id,
+                body_sha256=digest,
+                type=envelope.type,
+                data=envelope.data,
+                occurred_at=event_time(envelope.timestamp),
+                response_status=202,
+                response={},
+            )
+            event.save(force_insert=True)
+            actor = actor_for(agent, data)
+            context = Context(sender=agent, actor=actor, at=event.occurred_at, imported=imported)
+            extra = handlers()[envelope.type](context, data)
+            response = {"event": str(event.pk), "type": envelope.type, **extra}
+            Event.objects.filter(pk=event.pk).update(response=response)
+    except Invalid as exc:
+        return Reply(exc.status, {"errors": exc.errors})
+    return Reply(202, response)
+
+
+def replay(previous: Event, digest: str) -> Reply:
+    if previous.body_sha256 != digest:
+        return Reply(
+            409, {"errors": [error("webhook-id", "already used for a different body")]}
+        )
+    return Reply(previous.response_status, previous.response)
+
+
+def packet_too_big(data: Strict) -> None:
+    packet = getattr(data, "packet", None)
+    if packet is None:
+        return
+    size = len(json.dumps(packet, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > settings.WEBHOOK_MAX_PACKET_BYTES:
+        limit = settings.WEBHOOK_MAX_PACKET_BYTES
+        raise Invalid([error("data.packet", f"larger than the limit of {limit} bytes")], status=413)

@@ -1,0 +1,20 @@
+"""member_add USERNAME --fleet FLEET --role reviewer|manager."""
+
+from django.core.management.base import BaseCommand
+
+from fleet import services
+from fleet.management.commands._output import emit, fleet_named
+from fleet.models import Membership
+
+
+class Command(BaseCommand):
+    help = "Make a user a reviewer or manager of a fleet; a new user gets a one-time password."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("username")
+        parser.add_argument("--fleet", required=True)
+        parser.add_argument("--role", required=True, choices=Membership.Role.values)
+
+    def handle(self, *args, username: str, fleet: str, role: str, **options):  # type: ignore[no-untyped-def]
+        user, password = services.member_add(username=username, fleet=fleet_named(fleet), role=role)
+        emit(self, {"username": user.get_username(), "fleet": fleet, "role": role, "password": password})

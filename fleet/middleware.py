@@ -1,0 +1,43 @@
+"""Turns a lost database into 503 with Retry-After instead of a 500."""
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+
+def database_unavailable() -> JsonResponse:
+    response = JsonResponse(
+        {"errors": [{"loc": "database", "msg": "the database is unavailable; retry later"}]},
+        status=503,
+    )
+    response["Retry-After"] = str(settings.DATABASE_RETRY_AFTER_SECONDS)
+    return response
+
+
+def is_database_down(exc: BaseException) -> bool:
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    # psycopg raises its own OperationalError wrapped by Django; a closed connection can also
+    # surface as a plain DatabaseError whose cause is a connection failure.
+    cause = exc.__cause__
+    return isinstance(exc, DatabaseError) and cause is not None and "connection" in str(cause).lower()
+
+
+class DatabaseUnavailableMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            return self.get_response(request)
+        except DatabaseError as exc:
+            if is_database_down(exc):
+                return database_unavailable()
+            raise
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, DatabaseError) and is_database_down(exception):
+            return database_unavailable()
+        return None

@@ -1,0 +1,44 @@
+"""Outbound notifications: written to the outbox in the caller's transaction, sent after commit."""
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from fleet.models import Delivery, Fleet
+
+EVENT_TYPES = (
+    "task.ready",
+    "task.deferred",
+    "task.reframed",
+    "task.rerouted",
+    "task.resume",
+    "task.retry",
+    "packet.requested",
+    "packet.returned",
+    "escalation.opened",
+    "escalation.answered",
+    "run.succeeded",
+    "run.failed",
+)
+
+
+def notify(fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None) -> Delivery | None:
+    """Record a notification for the fleet's callback; nothing to record without one."""
+    assert type in EVENT_TYPES, type
+    if not fleet.callback_url or fleet.callback_disabled_at:
+        return None
+    now = timezone.now()
+    delivery = Delivery.objects.create(
+        fleet=fleet,
+        webhook_id=f"msg_{uuid.uuid4().hex}",
+        type=type,
+        payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
+        next_attempt_at=now,
+    )
+    from fleet.tasks import deliver
+
+    transaction.on_commit(lambda: deliver.delay(delivery.pk))
+    return delivery

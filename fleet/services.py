@@ -1,0 +1,97 @@
+"""Writes of the fleet: capability changes, members, fleets and agents."""
+
+import secrets
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from fleet.events import CapabilityChanged, Invalid, error
+from fleet.models import Agent, ApiToken, Capability, Fleet, Membership, SigningKey, VerificationSource
+
+
+def capability_change(
+    *, fleet: Fleet, name: str, status: str, reason: str, role: str | None, by: str, at: datetime
+) -> Capability:
+    """Set a capability's state for the whole fleet and re-evaluate the work that needs it."""
+    from runs import scheduler
+
+    capability, _ = Capability.objects.select_for_update().get_or_create(fleet=fleet, name=name)
+    changed = capability.status != status
+    if role is not None and capability.role != role:
+        holder = Capability.objects.filter(fleet=fleet, role=role).exclude(pk=capability.pk).first()
+        if holder is not None:
+            raise Invalid([error("data.role", f"the fleet's {role} capability is already {holder.name!r}")])
+        capability.role = role
+        changed = True
+    capability.status = status
+    capability.reason = reason
+    capability.changed_by = by
+    if changed:
+        capability.changed_at = at
+    capability.save()
+    if changed:
+        scheduler.capability_changed(fleet=fleet, name=name)
+    return capability
+
+
+def capability_change_from_agent(context: Any, data: CapabilityChanged) -> dict[str, Any]:
+    capability = capability_change(
+        fleet=context.sender.fleet,
+        name=data.capability,
+        status=data.status,
+        reason=data.reason,
+        role=data.role,
+        by=f"agent:{context.actor.name}",
+        at=context.at,
+    )
+    return {"capability": capability.name, "status": capability.status}
+
+
+@transaction.atomic
+def fleet_create(*, name: str, callback_url: str = "") -> Fleet:
+    fleet, _ = Fleet.objects.get_or_create(name=name, defaults={"callback_url": callback_url})
+    if callback_url and fleet.callback_url != callback_url:
+        fleet.callback_url = callback_url
+        fleet.save(update_fields=["callback_url"])
+    return fleet
+
+
+@transaction.atomic
+def agent_create(
+    *, fleet: Fleet, name: str, role: str = "", orchestrator: bool = False, tool: bool = False
+) -> tuple[Agent, str, str]:
+    """A new agent with one signing key and one API token; returns both secrets (shown once)."""
+    if Agent.objects.filter(fleet=fleet, name=name).exists():
+        raise ValueError(f"agent {name!r} already exists in fleet {fleet.name!r}")
+    agent = Agent.objects.create(fleet=fleet, name=name, role=role, is_orchestrator=orchestrator, is_tool=tool)
+    key = SigningKey.objects.create(agent=agent)
+    _, token = ApiToken.issue(agent)
+    return agent, key.secret, token
+
+
+@transaction.atomic
+def member_add(*, username: str, fleet: Fleet, role: str) -> tuple[Any, str | None]:
+    """Make a user a member; a new user gets a one-time password, returned once."""
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=username).first()
+    password = None
+    if user is None:
+        password = secrets.token_urlsafe(12)
+        user = user_model.objects.create_user(username=username, password=password)
+    Membership.objects.update_or_create(user=user, fleet=fleet, defaults={"role": role})
+    return user, password
+
+
+@transaction.atomic
+def source_add(*, fleet: Fleet, kind: str, name: str, value: str) -> VerificationSource:
+    if kind not in VerificationSource.Kind.values:
+        raise ValueError(f"kind must be one of {', '.join(VerificationSource.Kind.values)}")
+    source, _ = VerificationSource.objects.update_or_create(
+        fleet=fleet, kind=kind, name=name, defaults={"value": value}
+    )
+    return source
+
+

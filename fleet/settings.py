@@ -1,0 +1,208 @@
+"""Django settings for Bulkhead, read from the environment (see the README's table)."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("BULKHEAD_VAR_DIR", BASE_DIR / "var"))
+
+
+def envbool(name: str, default: str = "False") -> bool:
+    return os.environ.get(name, default).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def envint(name: str, default: str) -> int:
+    return int(os.environ.get(name, default))
+
+
+def envlist(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = envbool("DEBUG", "False")
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and not envbool("BULKHEAD_EMBEDDED", "True"):
+        raise RuntimeError("SECRET_KEY must be set when BULKHEAD_EMBEDDED is off")
+    # The embedded default only: a stable, local key so sessions survive restarts.
+    SECRET_KEY = "embedded-insecure-" + "bulkhead-local-development-key-change-me-0123456789"
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
+SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "fleet",
+    "runs",
+    "escalations",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "fleet.middleware.DatabaseUnavailableMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "fleet.urls"
+WSGI_APPLICATION = "fleet.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.csp",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+EMBEDDED_DATABASE = f"sqlite:///{VAR_DIR / 'bulkhead.sqlite3'}"
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", EMBEDDED_DATABASE),
+        conn_max_age=envint("DATABASE_CONN_MAX_AGE", "60"),
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
+        "transaction_mode": "IMMEDIATE",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 3)
+    DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_bulkhead")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+CACHE_URL = os.environ.get("CACHE_URL", "")
+if CACHE_URL.startswith("redis"):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+NODE_MODULES = BASE_DIR / "node_modules"
+# Front-end libraries come from npm (package-lock.json) and are served from node_modules.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
+    ("vendor/cytoscape", NODE_MODULES / "cytoscape" / "dist"),
+    ("vendor/cytoscape-dagre", NODE_MODULES / "cytoscape-dagre"),
+    ("vendor/dagre", NODE_MODULES / "dagre" / "dist"),
+]
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# Security: strict by default, relaxed only where plain HTTP is the embedded default.
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", "False")
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", "False")
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", "False")
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "0")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND_PROXY") else None
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "frame-ancestors": ["'none'"],
+    "form-action": ["'self'"],
+    "base-uri": ["'none'"],
+    "object-src": ["'none'"],
+}
+
+# The agent webhook.
+WEBHOOK_MAX_BODY_BYTES = envint("WEBHOOK_MAX_BODY_BYTES", str(1024 * 1024))
+WEBHOOK_MAX_PACKET_BYTES = envint("WEBHOOK_MAX_PACKET_BYTES", str(64 * 1024))
+WEBHOOK_TOLERANCE_SECONDS = 300
+AGENT_RATE_LIMIT = envint("AGENT_RATE_LIMIT", "6000")  # requests per agent per window
+AGENT_RATE_WINDOW_SECONDS = envint("AGENT_RATE_WINDOW_SECONDS", "60")
+DATABASE_RETRY_AFTER_SECONDS = envint("DATABASE_RETRY_AFTER_SECONDS", "5")
+
+# Celery. The embedded default uses kombu's filesystem transport: no server to start.
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+else:
+    # Longer than any countdown we schedule, so Redis does not redeliver a delayed retry early;
+    # the reconciler covers what a lost message stood for.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("BROKER_VISIBILITY_TIMEOUT", "7200")}
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", "120")
+CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", "100")
+CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
+CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", "False")
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+RECONCILE_EVERY_SECONDS = envint("RECONCILE_EVERY_SECONDS", "30")
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {"task": "fleet.tasks.reconcile", "schedule": float(RECONCILE_EVERY_SECONDS)},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}
+
+VAR_DIR.mkdir(parents=True, exist_ok=True)

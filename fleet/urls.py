@@ -1,0 +1,16 @@
+"""URL routes: the agent webhook, the API, health, the desk and the admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+from fleet import views
+from fleet.api import api
+
+urlpatterns = [
+    path("hooks/v1/agents/<str:agent_id>/events", views.agent_events, name="agent-events"),
+    path("api/v1/", api.urls),
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("", include("escalations.urls")),
+]

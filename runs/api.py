@@ -1,0 +1,43 @@
+"""API routes of the work: a run, its frontier, a task's next-attempt context."""
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router
+from ninja.errors import HttpError
+
+from fleet.api import fleet_ids
+from runs import context, scheduler, selectors
+from runs.models import Run, Task
+
+router = Router(tags=["runs"])
+
+
+def get_run(request: HttpRequest, key: str) -> Run:
+    run = selectors.runs_visible(fleet_ids(request)).filter(key=key).first()
+    if run is None:
+        raise HttpError(404, f"no run {key!r}")
+    return run
+
+
+@router.get("/runs/{run}", summary="A run: tasks with state and blockers, claims, decisions, progress")
+def run_detail(request: HttpRequest, run: str) -> dict[str, Any]:
+    return selectors.run_detail(get_run(request, run))
+
+
+@router.get("/runs/{run}/frontier", summary="The run's safe ready frontier and its deferred tasks")
+def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
+    result = scheduler.frontier_of(get_run(request, run))
+    return {
+        "policy": result.policy,
+        "ready": list(result.ready),
+        "deferred": [{"task": key, "blockers": list(b)} for key, b in sorted(result.deferred.items())],
+    }
+
+
+@router.get("/runs/{run}/tasks/{task}/context", summary="Ground truth for the task's next attempt")
+def task_context(request: HttpRequest, run: str, task: str) -> dict[str, Any]:
+    found = Task.objects.filter(run=get_run(request, run), key=task).select_related("run", "agent").first()
+    if found is None:
+        raise HttpError(404, f"no task {task!r} in run {run!r}")
+    return context.next_attempt(found)

@@ -1,0 +1,249 @@
+"""The work: runs, tasks and their prerequisites, attempts, claims and evidence, blockers, decisions."""
+
+from django.db import models
+from django.db.models import Q
+
+from fleet.models import Agent, Fleet
+
+
+class Run(models.Model):
+    class Policy(models.TextChoices):
+        SCOPED = "scoped"
+        GLOBAL_HALT = "global_halt"
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="runs")
+    key = models.CharField(max_length=200)
+    title = models.CharField(max_length=300, blank=True)
+    policy = models.CharField(max_length=20, choices=Policy.choices, default=Policy.SCOPED)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.RUNNING)
+    cause = models.TextField(blank=True, help_text="The full failure cause, when the run failed.")
+    started_by = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs_started")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    imported = models.BooleanField(default=False, help_text="Recorded from a past run's events.")
+    frontier_version = models.PositiveIntegerField(default=0)
+    frontier_computed_version = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["fleet", "key"], name="run_key_per_fleet")]
+        indexes = [models.Index(fields=["fleet", "state"])]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Task(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        ESCALATED = "escalated"
+        CANCELLED = "cancelled"
+
+    class Effect(models.TextChoices):
+        NONE = "none"
+        REVERSIBLE = "reversible"
+        EXTERNAL = "external"
+
+    class Confidence(models.TextChoices):
+        DECLARED = "declared"
+        UNCERTAIN = "uncertain"
+
+    UNFINISHED = (State.PENDING, State.RUNNING, State.ESCALATED)
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
+    key = models.CharField(max_length=200)
+    title = models.CharField(max_length=300, blank=True)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks")
+    position = models.PositiveIntegerField(help_text="Order of declaration in the run.")
+    capabilities = models.JSONField(default=list, blank=True)
+    reads_state_of = models.JSONField(default=list, blank=True)
+    effect = models.CharField(max_length=10, choices=Effect.choices, default=Effect.NONE)
+    dependency_confidence = models.CharField(
+        max_length=10, choices=Confidence.choices, default=Confidence.DECLARED
+    )
+    transaction = models.CharField(max_length=100, blank=True)
+    weight = models.PositiveIntegerField(default=1)
+    consumes = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    ready = models.BooleanField(default=False, help_text="In the run's safe ready frontier.")
+    released = models.BooleanField(
+        default=False, help_text="A reviewer released its uncertain-dependency stop boundary."
+    )
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="task_key_per_run")]
+        indexes = [models.Index(fields=["run", "state"]), models.Index(fields=["run", "position"])]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Prerequisite(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="prerequisite_links")
+    requires = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dependant_links")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "requires"], name="one_edge")]
+
+
+class Attempt(models.Model):
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="attempts")
+    prompt_hash = models.CharField(max_length=200)
+    context_hash = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True)
+    failure_kind = models.CharField(max_length=20, blank=True)
+    failure_signature = models.CharField(max_length=500, blank=True)
+    failure_message = models.TextField(blank=True)
+    failure_capability = models.CharField(max_length=100, blank=True)
+    background_killed = models.JSONField(default=list, blank=True)
+    resumable = models.BooleanField(default=False)
+    reframed = models.BooleanField(default=False)
+    rerouted = models.BooleanField(default=False)
+    resumed = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "number"], name="attempt_number_per_task")]
+        ordering = ["task", "number"]
+
+
+class Claim(models.Model):
+    class Status(models.TextChoices):
+        UNVERIFIED = "unverified"
+        VERIFIED = "verified"
+        REFUTED = "refuted"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="claims")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="claims_posted")
+    key = models.CharField(max_length=200)
+    statement = models.TextField()
+    load_bearing = models.BooleanField(default=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.UNVERIFIED)
+    status_reason = models.CharField(max_length=500, blank=True)
+    posted_at = models.DateTimeField()
+    checked_at = models.DateTimeField(null=True, blank=True)
+    checked_by = models.CharField(max_length=200, blank=True)
+    verification_pending = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="claim_key_per_run")]
+        indexes = [models.Index(fields=["run", "status"])]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Evidence(models.Model):
+    """What a claim rests on, or what checked it: never another agent's text."""
+
+    class Role(models.TextChoices):
+        POSTED = "posted"
+        CHECK = "check"
+        REALITY = "reality"
+
+    claim = models.ForeignKey(Claim, on_delete=models.CASCADE, related_name="evidence")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.POSTED)
+    kind = models.CharField(max_length=20)
+    source = models.TextField()
+    payload_hash = models.CharField(max_length=80)
+    payload = models.JSONField(null=True, blank=True)
+    datasource = models.CharField(max_length=100, blank=True)
+    workspace = models.CharField(max_length=100, blank=True)
+    submitted_by = models.CharField(max_length=200)
+    verdict = models.CharField(max_length=10, blank=True)
+    verdict_reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "evidence"
+
+
+class ClaimUse(models.Model):
+    claim = models.ForeignKey(Claim, on_delete=models.CASCADE, related_name="uses")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="claim_uses")
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["claim", "task"], name="one_use_per_task")]
+
+
+class Artifact(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
+    kind = models.CharField(max_length=50)
+    ref = models.CharField(max_length=500)
+    url = models.URLField(blank=True, max_length=1000)
+    created_at = models.DateTimeField()
+
+
+class Blocker(models.Model):
+    """Why a pending task is deferred, with when it was set and cleared (the checkpoint)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="blockers")
+    code = models.CharField(max_length=250)
+    set_at = models.DateTimeField()
+    cleared_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["task"], condition=Q(cleared_at__isnull=True), name="open_blockers"),
+        ]
+
+
+class Decision(models.Model):
+    class Action(models.TextChoices):
+        RETRY = "retry"
+        REFRAME = "reframe"
+        REROUTE = "reroute"
+        ESCALATE = "escalate"
+        RESUME = "resume"
+        CARRY_ON = "carry_on"
+        ABORT = "abort"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="decisions")
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=10, choices=Action.choices)
+    reason = models.TextField()
+    not_before = models.DateTimeField(null=True, blank=True)
+    ground_truth = models.JSONField(default=list, blank=True)
+    scope = models.TextField(blank=True)
+    reroute_to = models.CharField(max_length=200, blank=True)
+    trip_capability = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField()
+    acted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(
+                fields=["not_before"], condition=Q(acted_at__isnull=True), name="decisions_to_act_on"
+            )
+        ]
+
+
+class ProgressLine(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="progress_lines")
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.SET_NULL)
+    text = models.TextField()
+    killed = models.JSONField(default=list, blank=True, help_text="Background work that was killed.")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "id"]

@@ -1,0 +1,206 @@
+"""The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from fleet.models import Capability, Fleet
+from fleet.outbox import notify
+from runs import frontier as rule
+from runs.models import Attempt, Blocker, Claim, Decision, Prerequisite, Run, Task
+
+HARD = ("capability:", "barrier:", "claim:", "escalation:", "halt:")
+
+
+def world_for(run: Run) -> rule.World:
+    from escalations.models import Escalation
+
+    capabilities = list(Capability.objects.filter(fleet_id=run.fleet_id).values_list("name", "status", "role"))
+    escalations: dict[str, list[str]] = {}
+    for key, pk in Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).values_list(
+        "task__key", "pk"
+    ):
+        escalations.setdefault(key, []).append(str(pk))
+    return rule.World(
+        down=frozenset(name for name, status, _ in capabilities if status == Capability.Status.DOWN),
+        roles={role: name for name, _, role in capabilities if role},
+        claims={
+            key: rule.ClaimView(status=status, load_bearing=load_bearing)
+            for key, status, load_bearing in Claim.objects.filter(run=run).values_list(
+                "key", "status", "load_bearing"
+            )
+        },
+        escalations={key: tuple(ids) for key, ids in escalations.items()},
+        policy=run.policy,
+    )
+
+
+def nodes_for(run: Run, *, extra_consumes: dict[str, Sequence[str]] | None = None) -> dict[str, rule.TaskNode]:
+    edges: dict[int, list[str]] = {}
+    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list("task_id", "requires__key"):
+        edges.setdefault(task_id, []).append(key)
+    extra = extra_consumes or {}
+    nodes = {}
+    for row in Task.objects.filter(run=run).values(
+        "pk", "key", "state", "capabilities", "reads_state_of", "effect",
+        "dependency_confidence", "transaction", "consumes", "weight", "released",
+    ):  # fmt: skip
+        key = row["key"]
+        nodes[key] = rule.TaskNode(
+            key=key,
+            state=row["state"],
+            prerequisites=tuple(edges.get(row["pk"], ())),
+            capabilities=tuple(row["capabilities"]),
+            reads_state_of=tuple(row["reads_state_of"]),
+            effect=row["effect"],
+            dependency_confidence=row["dependency_confidence"],
+            transaction=row["transaction"] or None,
+            consumes=tuple(dict.fromkeys([*row["consumes"], *extra.get(key, ())])),
+            weight=row["weight"],
+            released=row["released"],
+        )
+    return nodes
+
+
+def blockers_of(run: Run, task: Task, *, extra_consumes: Sequence[str] = ()) -> tuple[str, ...]:
+    """The task's blockers right now: the gate for task.started."""
+    nodes = nodes_for(run, extra_consumes={task.key: extra_consumes})
+    result = rule.frontier(nodes, world_for(run))
+    return result.deferred.get(task.key, ())
+
+
+def frontier_of(run: Run) -> rule.Frontier:
+    return rule.frontier(nodes_for(run), world_for(run))
+
+
+def mark_changed(run: Run, keys: Iterable[str] | None, *, capability: str | None = None) -> None:
+    """Record that the run's frontier must be recomputed, and ask a worker after commit."""
+    from runs.tasks import recompute
+
+    Run.objects.filter(pk=run.pk).update(frontier_version=F("frontier_version") + 1)
+    changed = None if keys is None else sorted(set(keys))
+    run_id = run.pk
+    transaction.on_commit(lambda: recompute.delay(run_id, changed, capability))
+
+
+def capability_changed(*, fleet: Fleet, name: str) -> None:
+    for run in Run.objects.filter(fleet=fleet, state=Run.State.RUNNING):
+        mark_changed(run, [], capability=name)
+
+
+def open_blockers(run: Run) -> dict[str, tuple[str, ...]]:
+    """The stored blockers of every pending task (() when it is ready)."""
+    stored: dict[str, list[str]] = {}
+    for key, code in Blocker.objects.filter(task__run=run, cleared_at__isnull=True).values_list(
+        "task__key", "code"
+    ):
+        stored.setdefault(key, []).append(code)
+    pending = Task.objects.filter(run=run, state=Task.State.PENDING).values_list("key", "ready")
+    return {key: tuple(sorted(stored.get(key, ()))) for key, ready in pending if ready or key in stored}
+
+
+@transaction.atomic
+def recompute(run_id: int, changed: Sequence[str] | None = None, capability: str | None = None) -> dict[str, tuple[str, ...]]:
+    """Bring the stored frontier of a run up to date; returns the tasks whose blockers changed.
+
+    `changed` None means recompute everything (the reconciler's path).
+    """
+    run = Run.objects.select_for_update().get(pk=run_id)
+    version = run.frontier_version
+    nodes = nodes_for(run)
+    world = world_for(run)
+    previous = open_blockers(run)
+    if changed is None:
+        keys: set[str] = set(nodes)
+    else:
+        keys = set(changed)
+        keys |= {k for k, n in nodes.items() if n.state == Task.State.PENDING and k not in previous}
+    if capability:
+        keys |= rule.touched_by_capability(nodes, capability, world)
+    updates = rule.recompute(nodes, world, previous=previous, changed=keys)
+    write(run, updates)
+    Run.objects.filter(pk=run.pk).update(frontier_computed_version=version)
+    return updates
+
+
+def write(run: Run, updates: dict[str, tuple[str, ...]]) -> None:
+    if not updates:
+        return
+    now = timezone.now()
+    tasks = {t.key: t for t in Task.objects.filter(run=run, key__in=list(updates)).select_related("agent")}
+    open_rows: dict[int, dict[str, int]] = {}
+    for pk, task_id, code in Blocker.objects.filter(task__in=tasks.values(), cleared_at__isnull=True).values_list(
+        "pk", "task_id", "code"
+    ):
+        open_rows.setdefault(task_id, {})[code] = pk
+    to_clear: list[int] = []
+    to_add: list[Blocker] = []
+    became_ready: list[int] = []
+    became_deferred: list[int] = []
+    for key, blockers in updates.items():
+        task = tasks[key]
+        current = open_rows.get(task.pk, {})
+        to_clear += [pk for code, pk in current.items() if code not in blockers]
+        to_add += [Blocker(task=task, code=code, set_at=now) for code in blockers if code not in current]
+        if not blockers and not task.ready:
+            became_ready.append(task.pk)
+        elif blockers and task.ready:
+            became_deferred.append(task.pk)
+        hard_before = {c for c in current if c.startswith(HARD)}
+        hard_after = {c for c in blockers if c.startswith(HARD)}
+        if not blockers and not task.ready:
+            notify(run.fleet, "task.ready", {"run": run.key, "task": key, "agent": task.agent.name})
+        elif hard_after and hard_after != hard_before:
+            notify(
+                run.fleet,
+                "task.deferred",
+                {"run": run.key, "task": key, "agent": task.agent.name, "blockers": list(blockers)},
+            )
+    Blocker.objects.filter(pk__in=to_clear).update(cleared_at=now)
+    Blocker.objects.bulk_create(to_add, batch_size=2000)
+    Task.objects.filter(pk__in=became_ready).update(ready=True)
+    Task.objects.filter(pk__in=became_deferred).update(ready=False)
+
+
+def verify_after_commit(claim: Claim) -> None:
+    from runs.tasks import verify_claim
+
+    claim_id = claim.pk
+    transaction.on_commit(lambda: verify_claim.delay(claim_id))
+
+
+def attempt_flags(task: Task, number: int) -> dict[str, Any]:
+    """What the decision that led to this attempt changed: reframed, rerouted or resumed."""
+    if number == 1:
+        return {}
+    decision = (
+        Decision.objects.filter(task=task, attempt__number=number - 1).order_by("-created_at", "-id").first()
+    )
+    if decision is None:
+        return {}
+    return {
+        "reframed": decision.action == Decision.Action.REFRAME,
+        "rerouted": decision.action == Decision.Action.REROUTE,
+        "resumed": decision.action == Decision.Action.RESUME,
+    }
+
+
+def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> None:
+    mark_changed(run, [task.key])
+    if attempt.outcome == Attempt.Outcome.FAILED and not imported:
+        from runs.tasks import after_failure
+
+        attempt_id = attempt.pk
+        transaction.on_commit(lambda: after_failure.delay(attempt_id))
+    settle(run)
+
+
+def settle(run: Run) -> None:
+    """A run whose every task succeeded (or was cancelled) has succeeded."""
+    states = set(Task.objects.filter(run=run).values_list("state", flat=True))
+    if run.state == Run.State.RUNNING and states and states <= {Task.State.SUCCEEDED, Task.State.CANCELLED}:
+        Run.objects.filter(pk=run.pk).update(state=Run.State.SUCCEEDED, finished_at=timezone.now())
+        notify(run.fleet, "run.succeeded", {"run": run.key})

@@ -1,0 +1,318 @@
+"""Writes of the work, one transaction each: the graph, attempts, claims, outcomes."""
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.models import Count, Max
+
+from fleet.events import (
+    ClaimChecked,
+    ClaimPosted,
+    EvidenceIn,
+    Invalid,
+    RunStarted,
+    TaskFinished,
+    TaskIn,
+    TasksAdded,
+    TaskStarted,
+    error,
+)
+from fleet.intake import Context
+from fleet.models import Agent, Capability
+from runs import scheduler
+from runs.graph import check_graph
+from runs.models import (
+    Artifact,
+    Attempt,
+    Claim,
+    ClaimUse,
+    Evidence,
+    Prerequisite,
+    Run,
+    Task,
+)
+
+
+def graph_digest(tasks: Sequence[TaskIn]) -> str:
+    canonical = json.dumps([t.model_dump() for t in tasks], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def stored_task_spec(task: Task, prerequisites: list[str], agent_name: str) -> TaskIn:
+    return TaskIn(
+        key=task.key,
+        title=task.title,
+        agent=agent_name,
+        prerequisites=prerequisites,
+        capabilities=task.capabilities,
+        reads_state_of=task.reads_state_of,
+        effect=task.effect,  # type: ignore[arg-type]
+        dependency_confidence=task.dependency_confidence,  # type: ignore[arg-type]
+        transaction=task.transaction or None,
+        weight=task.weight,
+        consumes=task.consumes,
+    )
+
+
+def run_for(context: Context, key: str, loc: str = "data.run", *, lock: bool = False) -> Run:
+    runs = Run.objects.filter(fleet_id=context.sender.fleet_id, key=key)
+    run = (runs.select_for_update() if lock else runs).first()
+    if run is None:
+        raise Invalid([error(loc, f"unknown run {key!r}")])
+    return run
+
+
+def task_for(run: Run, key: str, loc: str = "data.task", *, lock: bool = True) -> Task:
+    tasks = Task.objects.filter(run=run, key=key).select_related("agent")
+    task = (tasks.select_for_update(of=("self",)) if lock else tasks).first()
+    if task is None:
+        raise Invalid([error(loc, f"unknown task {key!r} in run {run.key!r}")])
+    return task
+
+
+def add_tasks(context: Context, run: Run, specs: Sequence[TaskIn]) -> list[Task]:
+    """Validate new tasks against the run's graph and store them with their edges."""
+    fleet_id = context.sender.fleet_id
+    agents = {a.name: a for a in Agent.objects.filter(fleet_id=fleet_id)}
+    existing: dict[str, int] = dict(Task.objects.filter(run=run).values_list("key", "pk"))
+    errors = [
+        error(f"data.tasks.{i}.agent", f"no agent {spec.agent!r} in this fleet")
+        for i, spec in enumerate(specs)
+        if spec.agent not in agents
+    ]
+    errors += [
+        error(e.loc, e.msg)
+        for e in check_graph(
+            [(s.key, s.prerequisites) for s in specs], existing={k: () for k in existing}
+        )
+    ]
+    if errors:
+        raise Invalid(errors)
+    known = set(Capability.objects.filter(fleet_id=fleet_id).values_list("name", flat=True))
+    needed = {name for s in specs for name in (*s.capabilities, *s.reads_state_of)} - known
+    Capability.objects.bulk_create(
+        [Capability(fleet_id=fleet_id, name=name, changed_at=context.at) for name in sorted(needed)],
+        ignore_conflicts=True,
+    )
+    start = (Task.objects.filter(run=run).aggregate(m=Max("position"))["m"] or 0) + 1
+    tasks = Task.objects.bulk_create(
+        [
+            Task(
+                run=run,
+                key=s.key,
+                title=s.title,
+                agent=agents[s.agent],
+                position=start + i,
+                capabilities=list(s.capabilities),
+                reads_state_of=list(s.reads_state_of),
+                effect=s.effect,
+                dependency_confidence=s.dependency_confidence,
+                transaction=s.transaction or "",
+                weight=s.weight,
+                consumes=list(s.consumes),
+                created_at=context.at,
+            )
+            for i, s in enumerate(specs)
+        ]
+    )
+    ids = existing | {t.key: t.pk for t in tasks}
+    if any(t.pk is None for t in tasks):  # backends that do not return ids from bulk inserts
+        ids = dict(Task.objects.filter(run=run).values_list("key", "pk"))
+    Prerequisite.objects.bulk_create(
+        [
+            Prerequisite(task_id=ids[s.key], requires_id=ids[p])
+            for s in specs
+            for p in dict.fromkeys(s.prerequisites)
+        ],
+        batch_size=2000,
+    )
+    return tasks
+
+
+def run_start(context: Context, data: RunStarted) -> dict[str, Any]:
+    existing = Run.objects.filter(fleet_id=context.sender.fleet_id, key=data.run).first()
+    if existing is not None:
+        if stored_digest(existing) == graph_digest(data.tasks):
+            return {"run": existing.key, "created": False}
+        raise Invalid([error("data.tasks", f"run {data.run!r} was already declared with other tasks")], 409)
+    run = Run.objects.create(
+        fleet_id=context.sender.fleet_id,
+        key=data.run,
+        title=data.title,
+        policy=data.policy,
+        started_by=context.actor,
+        started_at=context.at,
+        imported=context.imported,
+    )
+    add_tasks(context, run, data.tasks)
+    scheduler.mark_changed(run, [t.key for t in data.tasks])
+    return {"run": run.key, "created": True, "tasks": len(data.tasks)}
+
+
+def stored_digest(run: Run) -> str:
+    tasks = list(Task.objects.filter(run=run).select_related("agent").order_by("position"))
+    edges: dict[int, list[str]] = {}
+    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list("task_id", "requires__key"):
+        edges.setdefault(task_id, []).append(key)
+    return graph_digest([stored_task_spec(t, edges.get(t.pk, []), t.agent.name) for t in tasks])
+
+
+def tasks_add(context: Context, data: TasksAdded) -> dict[str, Any]:
+    run = run_for(context, data.run, lock=True)
+    add_tasks(context, run, data.tasks)
+    scheduler.mark_changed(run, [t.key for t in data.tasks])
+    return {"run": run.key, "tasks": len(data.tasks)}
+
+
+def record_uses(task: Task, keys: Sequence[str], at: Any) -> None:
+    claims = Claim.objects.filter(run_id=task.run_id, key__in=list(keys))
+    ClaimUse.objects.bulk_create(
+        [ClaimUse(claim=c, task=task, at=at) for c in claims], ignore_conflicts=True
+    )
+
+
+def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
+    run = run_for(context, data.run, lock=True)
+    task = task_for(run, data.task)
+    if task.state != Task.State.PENDING:
+        raise Invalid(
+            [error("data.task", f"task {task.key!r} is {task.state}, not pending")], status=409
+        )
+    consumes = list(dict.fromkeys([*task.consumes, *data.consumes]))
+    if not context.imported:
+        blockers = scheduler.blockers_of(run, task, extra_consumes=data.consumes)
+        if blockers:
+            raise Invalid(
+                [error("data.task", f"task {task.key!r} is not in the safe ready frontier")]
+                + [error("blockers", b) for b in blockers],
+                status=409,
+            )
+    number = (task.attempts.aggregate(n=Max("number"))["n"] or 0) + 1
+    attempt = Attempt.objects.create(
+        task=task,
+        number=number,
+        agent=context.actor,
+        prompt_hash=data.attempt.prompt_hash,
+        context_hash=data.attempt.context_hash,
+        started_at=context.at,
+        **scheduler.attempt_flags(task, number),
+    )
+    task.state = Task.State.RUNNING
+    task.ready = False
+    task.started_at = task.started_at or context.at
+    task.save(update_fields=["state", "ready", "started_at"])
+    record_uses(task, consumes, context.at)
+    scheduler.mark_changed(run, [task.key])
+    return {"run": run.key, "task": task.key, "attempt": attempt.number}
+
+
+def evidence_row(claim: Claim, evidence: EvidenceIn, *, role: str, by: str, at: Any) -> Evidence:
+    return Evidence.objects.create(
+        claim=claim,
+        role=role,
+        kind=evidence.kind,
+        source=evidence.source,
+        payload_hash=evidence.payload_hash,
+        payload=evidence.payload,
+        datasource=evidence.datasource or "",
+        workspace=evidence.workspace or "",
+        submitted_by=by,
+        created_at=at,
+    )
+
+
+def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
+    run = run_for(context, data.run, lock=True)
+    task = task_for(run, data.task)
+    if Claim.objects.filter(run=run, key=data.claim.key).exists():
+        raise Invalid([error("data.claim.key", f"claim {data.claim.key!r} was already posted")], 409)
+    claim = Claim.objects.create(
+        run=run,
+        task=task,
+        key=data.claim.key,
+        statement=data.claim.statement,
+        load_bearing=data.claim.load_bearing,
+        posted_at=context.at,
+    )
+    if data.claim.evidence is None:
+        claim.status_reason = "posted without evidence"
+    elif data.claim.evidence.source.startswith("agent:"):
+        claim.status_reason = "another agent's text is not evidence"
+    else:
+        claim.verification_pending = True
+        claim.status_reason = "waiting for a verifier"
+    claim.save(update_fields=["status_reason", "verification_pending"])
+    if data.claim.evidence is not None:
+        evidence_row(claim, data.claim.evidence, role="posted", by=f"agent:{context.actor.name}", at=context.at)
+    # Tasks already running that declared this claim consumed it from its first moment.
+    for consumer in Task.objects.filter(run=run, state=Task.State.RUNNING).exclude(pk=task.pk):
+        if claim.key in consumer.consumes:
+            ClaimUse.objects.get_or_create(claim=claim, task=consumer, defaults={"at": context.at})
+    if claim.verification_pending:
+        scheduler.verify_after_commit(claim)
+    scheduler.mark_changed(run, consumers_of(run, claim.key))
+    return {"run": run.key, "claim": claim.key, "status": claim.status}
+
+
+def consumers_of(run: Run, key: str) -> list[str]:
+    return [t.key for t in Task.objects.filter(run=run).only("key", "consumes") if key in t.consumes]
+
+
+def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
+    run = run_for(context, data.run, lock=True)
+    task_for(run, data.task)
+    claim = Claim.objects.select_for_update().filter(run=run, key=data.claim).first()
+    if claim is None:
+        raise Invalid([error("data.claim", f"unknown claim {data.claim!r} in run {run.key!r}")])
+    if data.evidence.source.startswith("agent:"):
+        raise Invalid(
+            [
+                error(
+                    "data.evidence.source",
+                    "another agent's text is not evidence: cite a query, a file, a test run or an HTTP exchange",
+                )
+            ]
+        )
+    evidence_row(claim, data.evidence, role="check", by=f"agent:{context.actor.name}", at=context.at)
+    claim.verification_pending = True
+    claim.save(update_fields=["verification_pending"])
+    scheduler.verify_after_commit(claim)
+    return {"run": run.key, "claim": claim.key, "status": claim.status, "verdict": "pending verification"}
+
+
+def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
+    run = run_for(context, data.run, lock=True)
+    task = task_for(run, data.task)
+    if task.state != Task.State.RUNNING and not context.imported:
+        raise Invalid([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
+    attempt = task.attempts.order_by("-number").first()
+    if attempt is None:
+        if not context.imported:
+            raise Invalid([error("data.task", f"task {task.key!r} has no attempt")], 409)
+        attempt = Attempt.objects.create(
+            task=task, number=1, agent=context.actor, prompt_hash="", context_hash="", started_at=context.at
+        )
+    attempt.finished_at = context.at
+    attempt.outcome = data.outcome
+    attempt.background_killed = [k.task for k in data.background_killed]
+    attempt.resumable = data.resumable
+    if data.failure is not None:
+        attempt.failure_kind = data.failure.kind
+        attempt.failure_signature = data.failure.signature
+        attempt.failure_message = data.failure.message
+        attempt.failure_capability = data.failure.capability or ""
+    attempt.save()
+    Artifact.objects.bulk_create(
+        [Artifact(task=task, kind=a.kind, ref=a.ref, url=a.url or "", created_at=context.at) for a in data.artifacts]
+    )
+    task.state = Task.State.SUCCEEDED if data.outcome == "succeeded" else Task.State.FAILED
+    task.finished_at = context.at
+    task.save(update_fields=["state", "finished_at"])
+    scheduler.after_finish(run, task, attempt, imported=context.imported)
+    return {"run": run.key, "task": task.key, "state": task.state}
+
+
+def run_counts(run: Run) -> dict[str, int]:
+    return dict(Task.objects.filter(run=run).values_list("state").annotate(n=Count("id")))  # type: ignore[arg-type]

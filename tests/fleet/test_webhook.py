@@ -1,0 +1,292 @@
+"""The signed webhook intake: every row of DESIGN section 3's responses table."""
+
+import json
+import time
+
+import pytest
+
+from fleet import services
+from fleet.models import Event, SigningKey
+from runs.models import Prerequisite, Run, Task
+from tests.conftest import Sender, make_sender, task
+
+pytestmark = pytest.mark.django_db
+
+
+def start(sender: Sender, run: str = "r1", tasks: list | None = None, **data):
+    tasks = tasks if tasks is not None else [task("a"), task("b", prerequisites=["a"])]
+    return sender.post("run.started", {"run": run, "title": "A run", "tasks": tasks, **data})
+
+
+def test_it_accepts_a_signed_run_and_stores_its_graph(planner, coder):
+    response = start(planner)
+    assert response.status_code == 202, response.json()
+    assert response.json()["event"]
+    run = Run.objects.get(key="r1")
+    assert list(run.tasks.order_by("position").values_list("key", flat=True)) == ["a", "b"]
+    assert Prerequisite.objects.get().requires.key == "a"
+    assert Event.objects.filter(type="run.started").count() == 1
+
+
+def test_it_accepts_any_of_several_active_keys(planner, coder):
+    second = SigningKey.objects.create(agent=planner.agent)
+    body = planner.body("run.started", {"run": "r1", "tasks": [task("a")]})
+    headers = planner.headers(body, secret=second.secret)
+    assert planner.post_raw(body, headers).status_code == 202
+
+
+def test_it_accepts_a_signature_list_where_one_matches(planner, coder):
+    body = planner.body("run.started", {"run": "r1", "tasks": [task("a")]})
+    headers = planner.headers(body)
+    headers["webhook-signature"] = "v1,bm9wZQ== " + headers["webhook-signature"]
+    assert planner.post_raw(body, headers).status_code == 202
+
+
+def auth_failures(sender: Sender):
+    body = sender.body("run.started", {"run": "r1", "tasks": []})
+    good = sender.headers(body)
+    revoked = SigningKey.objects.create(agent=sender.agent, active=False)
+    yield "wrong secret", sender.headers(body, secret="whsec_" + "B" * 32), sender.path
+    yield "missing signature", {k: v for k, v in good.items() if k != "webhook-signature"}, sender.path
+    yield "garbled signature", {**good, "webhook-signature": "garbage"}, sender.path
+    yield "old timestamp", sender.headers(body, stamp=int(time.time()) - 301), sender.path
+    yield "future timestamp", sender.headers(body, stamp=int(time.time()) + 301), sender.path
+    yield "revoked key", sender.headers(body, secret=revoked.secret), sender.path
+    yield "unknown agent", good, "/hooks/v1/agents/00000000-0000-0000-0000-000000000000/events"
+    yield "malformed agent id", good, "/hooks/v1/agents/nobody/events"
+
+
+def test_every_authentication_failure_gets_the_same_401(planner, client):
+    body = planner.body("run.started", {"run": "r1", "tasks": []})
+    answers = set()
+    for name, headers, path in auth_failures(planner):
+        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+        response = client.generic("POST", path, body, content_type="application/json", **extra)
+        assert response.status_code == 401, name
+        answers.add(response.content)
+    assert len(answers) == 1
+    assert not Run.objects.exists()
+
+
+def test_a_replay_returns_the_first_response_and_applies_once(planner, coder):
+    body = planner.body("run.started", {"run": "r1", "tasks": [task("a")]})
+    headers = planner.headers(body, webhook_id="msg_same")
+    first = planner.post_raw(body, headers)
+    second = planner.post_raw(body, planner.headers(body, webhook_id="msg_same"))
+    assert first.status_code == second.status_code == 202
+    assert first.json() == second.json()
+    assert Event.objects.count() == 1
+
+
+def test_a_reused_webhook_id_with_another_body_is_409(planner, coder):
+    planner.post("run.started", {"run": "r1", "tasks": [task("a")]}, webhook_id="msg_x")
+    response = planner.post("run.started", {"run": "r2", "tasks": [task("a")]}, webhook_id="msg_x")
+    assert response.status_code == 409
+    assert response.json()["errors"][0]["loc"] == "webhook-id"
+    assert not Run.objects.filter(key="r2").exists()
+
+
+def test_a_non_json_content_type_is_415(planner):
+    body = b"run=r1"
+    response = planner.post_raw(body, planner.headers(body), content_type="text/plain")
+    assert response.status_code == 415
+    assert response.json()["errors"][0]["loc"] == "content-type"
+
+
+def test_a_body_that_is_not_json_is_400(planner):
+    body = b"{not json"
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["errors"][0]["msg"]
+
+
+def test_a_body_over_one_mebibyte_is_413(planner, coder):
+    tasks = [task(f"t{i}", title="x" * 4000) for i in range(300)]
+    body = planner.body("run.started", {"run": "big", "tasks": tasks})
+    assert len(body) > 1024 * 1024
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 413
+    assert not Run.objects.exists()
+
+
+def test_a_packet_over_64_kib_is_413(planner, coder):
+    start(planner)
+    packet = {
+        "task": "a",
+        "tried": ["x" * 1000] * 70,
+        "ruled_out": [],
+        "evidence": ["y"],
+        "smallest_unblocking_question": "Which?",
+    }
+    response = planner.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet})
+    assert response.status_code == 413
+    assert response.json()["errors"][0]["loc"] == "data.packet"
+
+
+def errors_of(response) -> dict[str, str]:
+    assert response.status_code == 422, response.content
+    return {e["loc"]: e["msg"] for e in response.json()["errors"]}
+
+
+def test_schema_errors_name_every_bad_field(planner, coder):
+    response = planner.post(
+        "run.started",
+        {"run": 7, "tasks": [{"key": "a", "agent": "coder", "effect": "explosive", "surprise": 1}]},
+    )
+    errors = errors_of(response)
+    assert set(errors) == {"data.run", "data.tasks.0.effect", "data.tasks.0.surprise"}
+    assert errors["data.tasks.0.surprise"] == "unknown field"
+
+
+def test_an_unknown_event_type_is_named(planner):
+    errors = errors_of(planner.post("run.exploded", {}))
+    assert "type" in errors
+
+
+def test_duplicate_task_keys_are_named(planner, coder):
+    errors = errors_of(start(planner, tasks=[task("a"), task("a")]))
+    assert errors == {"data.tasks.1.key": "duplicate task key 'a' (also at data.tasks.0)"}
+
+
+def test_an_unknown_prerequisite_is_named(planner, coder):
+    errors = errors_of(start(planner, tasks=[task("a", prerequisites=["ghost"])]))
+    assert errors == {"data.tasks.0.prerequisites.0": "unknown prerequisite 'ghost'"}
+
+
+def test_an_unknown_agent_in_a_task_is_named(planner):
+    errors = errors_of(start(planner, tasks=[task("a", agent="nobody")]))
+    assert errors == {"data.tasks.0.agent": "no agent 'nobody' in this fleet"}
+
+
+def test_a_cycle_is_refused_naming_its_tasks(planner, coder):
+    tasks = [task("a", prerequisites=["c"]), task("b", prerequisites=["a"]), task("c", prerequisites=["b"]), task("d")]
+    errors = errors_of(start(planner, tasks=tasks))
+    (msg,) = errors.values()
+    assert msg.startswith("cycle: ")
+    assert set(msg.removeprefix("cycle: ").split(" -> ")) == {"a", "b", "c"}
+    assert not Run.objects.exists()
+
+
+def test_a_nul_byte_anywhere_is_named(planner, coder):
+    errors = errors_of(start(planner, tasks=[task("a", title="bad\x00title")]))
+    assert errors == {"data.tasks.0.title": "contains a NUL byte"}
+
+
+def test_an_unknown_task_is_named(planner, coder):
+    start(planner)
+    response = coder.post(
+        "task.started", {"run": "r1", "task": "zzz", "attempt": {"prompt_hash": "p", "context_hash": "c"}}
+    )
+    assert errors_of(response) == {"data.task": "unknown task 'zzz' in run 'r1'"}
+
+
+def test_a_packet_with_a_missing_or_unknown_field_names_each(planner, coder):
+    start(planner)
+    packet = {"task": "a", "tried": ["x"], "evidence": ["y"], "transcript": "..."}
+    errors = errors_of(planner.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet}))
+    assert "data.packet.transcript" in errors
+    assert "data.packet.smallest_unblocking_question" in errors
+
+
+def test_a_ten_thousand_deep_chain_is_accepted(planner, coder):
+    tasks = [task("t0")] + [task(f"t{i}", prerequisites=[f"t{i - 1}"]) for i in range(1, 10_000)]
+    response = start(planner, run="deep", tasks=tasks)
+    assert response.status_code == 202, response.content[:500]
+    assert Task.objects.filter(run__key="deep").count() == 10_000
+
+
+def test_declaring_the_same_run_again_is_a_no_op_and_other_tasks_are_409(planner, coder):
+    assert start(planner).status_code == 202
+    again = start(planner)
+    assert again.status_code == 202 and again.json()["created"] is False
+    other = start(planner, tasks=[task("a")])
+    assert other.status_code == 409
+    assert Task.objects.count() == 2
+
+
+def test_tasks_added_extend_the_graph(planner, coder):
+    start(planner)
+    response = planner.post("tasks.added", {"run": "r1", "tasks": [task("c", prerequisites=["b"])]})
+    assert response.status_code == 202
+    assert Task.objects.get(key="c").prerequisite_links.get().requires.key == "b"
+
+
+def test_an_agent_over_its_rate_is_429_with_retry_after(planner, coder, settings):
+    settings.AGENT_RATE_LIMIT = 2
+    start(planner)
+    start(planner)
+    response = start(planner)
+    assert response.status_code == 429
+    assert int(response["Retry-After"]) >= 1
+    # Another agent has its own budget.
+    assert coder.post("capability.changed", {"capability": "forge", "status": "up"}).status_code == 202
+
+
+def test_an_agent_cannot_act_outside_its_fleet(client, planner, coder):
+    start(planner)
+    other_fleet = services.fleet_create(name="other")
+    stranger = make_sender(client, other_fleet, "stranger")
+    response = stranger.post(
+        "task.started", {"run": "r1", "task": "a", "attempt": {"prompt_hash": "p", "context_hash": "c"}}
+    )
+    assert errors_of(response) == {"data.run": "unknown run 'r1'"}
+    stranger_in_tasks = start(stranger, run="r9", tasks=[task("a", agent="coder")])
+    assert errors_of(stranger_in_tasks) == {"data.tasks.0.agent": "no agent 'coder' in this fleet"}
+
+
+def test_only_an_orchestrator_may_act_as_another_agent(planner, coder):
+    start(planner)
+    as_planner = coder.post(
+        "task.started",
+        {"run": "r1", "task": "a", "agent": "planner", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
+    )
+    assert as_planner.status_code == 403
+    assert as_planner.json()["errors"][0]["loc"] == "data.agent"
+    by_orchestrator = planner.post(
+        "task.started",
+        {"run": "r1", "task": "a", "agent": "coder", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
+    )
+    assert by_orchestrator.status_code == 202
+    assert Task.objects.get(key="a").attempts.get().agent == coder.agent
+
+
+def test_a_task_outside_the_frontier_may_not_start(planner, coder):
+    start(planner)
+    response = coder.post(
+        "task.started", {"run": "r1", "task": "b", "attempt": {"prompt_hash": "p", "context_hash": "c"}}
+    )
+    assert response.status_code == 409
+    assert {"loc": "blockers", "msg": "prerequisite:a"} in response.json()["errors"]
+    assert Task.objects.get(key="b").state == "pending"
+
+
+def test_a_run_moves_through_start_and_finish(planner, coder):
+    start(planner)
+    attempt = {"prompt_hash": "p", "context_hash": "c"}
+    assert coder.post("task.started", {"run": "r1", "task": "a", "attempt": attempt}).status_code == 202
+    finished = coder.post("task.finished", {"run": "r1", "task": "a", "outcome": "succeeded"})
+    assert finished.status_code == 202
+    assert coder.post("task.started", {"run": "r1", "task": "b", "attempt": attempt}).status_code == 202
+    coder.post("task.finished", {"run": "r1", "task": "b", "outcome": "succeeded", "artifacts": [{"kind": "pr", "ref": "#1"}]})
+    assert Run.objects.get(key="r1").state == "succeeded"
+
+
+def test_a_failed_outcome_needs_its_failure(planner, coder):
+    start(planner)
+    coder.post("task.started", {"run": "r1", "task": "a", "attempt": {"prompt_hash": "p", "context_hash": "c"}})
+    errors = errors_of(coder.post("task.finished", {"run": "r1", "task": "a", "outcome": "failed"}))
+    assert errors == {"data.failure": "required when outcome is failed"}
+
+
+def test_nothing_is_half_written_when_applying_fails(planner, coder):
+    # The second task names an unknown agent: neither the run nor the event may remain.
+    start(planner, tasks=[task("a"), task("b", agent="ghost")])
+    assert not Run.objects.exists()
+    assert not Event.objects.exists()
+
+
+def test_the_response_body_is_json_errors_for_every_refusal(planner):
+    body = json.dumps({"type": "run.started"}).encode()
+    response = planner.post_raw(body, planner.headers(body))
+    assert response["Content-Type"] == "application/json"
+    assert {"timestamp", "data"} <= set(errors_of(response))
