@@ -92,6 +92,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # A file, not memory, so that a real worker process can share the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 else:
     DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 3)
@@ -119,7 +121,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = VAR_DIR / "static"
 NODE_MODULES = BASE_DIR / "node_modules"
 # Front-end libraries come from npm (package-lock.json) and are served from node_modules.
 STATICFILES_DIRS = [
@@ -206,3 +208,4 @@ LOGGING = {
 }
 
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+STATIC_ROOT.mkdir(exist_ok=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import TestCase
 
 from fleet import services, signing
 from fleet.celery import app as celery_app
@@ -80,7 +81,9 @@ class Sender:
 
     def post_raw(self, body: bytes, headers: dict[str, str], content_type: str = "application/json") -> Any:
         extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
-        return self.client.generic("POST", self.path, body, content_type=content_type, **extra)
+        # In a test transaction nothing commits: run the after-commit work as a commit would.
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            return self.client.generic("POST", self.path, body, content_type=content_type, **extra)
 
     def post(self, type: str, data: dict[str, Any], *, webhook_id: str | None = None, timestamp: str | None = None) -> Any:
         body = self.body(type, data, timestamp)
@@ -109,3 +112,81 @@ def coder(client: Any, fleet: Fleet) -> Sender:
 
 def task(key: str, agent: str = "coder", **fields: Any) -> dict[str, Any]:
     return {"key": key, "agent": agent, "prerequisites": [], "capabilities": [], **fields}
+
+
+def database_url() -> str:
+    """The URL of the database this test run uses (the test database), for child processes."""
+    config = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{config['NAME']}"
+    user = config.get("USER") or "postgres"
+    host = config.get("HOST") or "127.0.0.1"
+    port = config.get("PORT") or 5432
+    password = f":{config['PASSWORD']}" if config.get("PASSWORD") else ""
+    return f"postgresql://{user}{password}@{host}:{port}/{config['NAME']}"
+
+
+@pytest.fixture
+def worker(transactional_db: None, tmp_path: Any) -> Iterator[Any]:
+    """A real Celery worker process on the configured broker and the test database."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "fleet.settings",
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+    }
+    if settings.CELERY_BROKER_URL.startswith("redis"):
+        import redis
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    else:
+        import shutil
+
+        shutil.rmtree(settings.BROKER_DIR, ignore_errors=True)
+        (settings.BROKER_DIR / "queue").mkdir(parents=True, exist_ok=True)
+        (settings.BROKER_DIR / "processed").mkdir(parents=True, exist_ok=True)
+    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed after the process
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool=solo", "--loglevel=INFO",
+         "--without-mingle", "--without-gossip", "-n", f"test-{uuid.uuid4().hex[:6]}@%h"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if "ready" in (tmp_path / "worker.log").read_text():
+            break
+        if process.poll() is not None:
+            raise RuntimeError((tmp_path / "worker.log").read_text())
+        time.sleep(0.2)
+    else:
+        process.kill()
+        raise RuntimeError("the worker did not start:\n" + (tmp_path / "worker.log").read_text())
+    process.log_path = tmp_path / "worker.log"  # type: ignore[attr-defined]
+    yield process
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+def eventually(check: Any, *, timeout: float = 20.0, interval: float = 0.1) -> Any:
+    """Poll until `check()` is truthy (for work a real worker does); fail with the last value."""
+    deadline = time.time() + timeout
+    value = check()
+    while not value and time.time() < deadline:
+        time.sleep(interval)
+        value = check()
+    assert value, "condition not met in time"
+    return value
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,166 @@
+"""bench/ingest: signed events posted to the app under gunicorn on PostgreSQL, against pgbench.
+
+Prints events/s, p50 and p99 for the app, the same for pgbench inserting an equivalent row (same
+payload size, one transaction each) at the same concurrency into the same database, and the ratio.
+Run: `make bench` or `.venv/bin/python bench/ingest.py [--seconds 10] [--concurrency 8]`.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+DB = "bulkhead_bench"
+PORT = int(os.environ.get("BENCH_PORT", "8765"))
+
+
+def sh(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    if check and done.returncode:
+        raise SystemExit(f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def packet(i: int) -> dict:
+    return {
+        "task": "t",
+        "tried": [f"attempt {n}: re-ran the migration with a narrower scope and checked the schema" for n in range(8)],
+        "ruled_out": [
+            {"hypothesis": f"hypothesis {n}: the column was renamed upstream", "how": "queried information_schema"}
+            for n in range(6)
+        ],
+        "evidence": [
+            {
+                "kind": "query_result",
+                "source": "SELECT column_name FROM information_schema.columns WHERE table_name = 'customers'",
+                "payload_hash": "sha256:" + "ab" * 32,
+                "datasource": "orders",
+            }
+        ],
+        "smallest_unblocking_question": f"Which field should decide the discount tier (case {i})?",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=4)
+    args = parser.parse_args()
+
+    sh("dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", DB)
+    sh("createdb", "-h", "127.0.0.1", "-U", "postgres", DB)
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"{PG}/{DB}",
+        "DJANGO_SETTINGS_MODULE": "fleet.settings",
+        "AGENT_RATE_LIMIT": "100000000",
+        "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13"),
+        "LOG_LEVEL": "WARNING",
+    }
+    python = sys.executable
+    sh(python, str(ROOT / "manage.py"), "migrate", "-v0", env=env)
+    sh(python, str(ROOT / "manage.py"), "fleet_create", "bench", env=env)
+    agent = json.loads(sh(python, str(ROOT / "manage.py"), "agent_create", "bench", "a", "--orchestrator", env=env))
+    web = subprocess.Popen(
+        [str(Path(python).parent / "gunicorn"), "fleet.wsgi", "--bind", f"127.0.0.1:{PORT}",
+         "--workers", str(args.workers), "--log-level", "warning"],
+        cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        import httpx
+
+        from fleet import signing
+
+        url = f"http://127.0.0.1:{PORT}/hooks/v1/agents/{agent['id']}/events"
+        for _ in range(100):
+            try:
+                httpx.get(f"http://127.0.0.1:{PORT}/healthz")
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        secret = agent["signing_secret"]
+
+        def signed(type: str, data: dict) -> tuple[bytes, dict[str, str]]:
+            body = json.dumps({"type": type, "timestamp": "2026-12-02T10:00:00Z", "data": data}).encode()
+            headers = signing.sign(secret, msg_id=f"msg_{uuid.uuid4().hex}", timestamp=int(time.time()), body=body)
+            headers["content-type"] = "application/json"
+            return body, headers
+
+        tasks = [{"key": "t", "agent": "a"}]
+        httpx.post(url, content=(b := signed("run.started", {"run": "r", "tasks": tasks}))[0], headers=b[1])
+        sample = signed("packet.submitted", {"run": "r", "task": "t", "packet": packet(0)})[0]
+        latencies: list[float] = []
+        errors = [0]
+        lock = threading.Lock()
+        stop = time.monotonic() + args.seconds
+
+        def load(worker: int) -> None:
+            n = 0
+            local: list[float] = []
+            with httpx.Client() as client:
+                while time.monotonic() < stop:
+                    n += 1
+                    if n % 2:
+                        body, headers = signed("packet.submitted", {"run": "r", "task": "t", "packet": packet(n)})
+                    else:
+                        claim = {"key": f"c-{worker}-{n}", "statement": "customers has customer_tier " * 20}
+                        body, headers = signed("claim.posted", {"run": "r", "task": "t", "claim": claim})
+                    began = time.perf_counter()
+                    response = client.post(url, content=body, headers=headers)
+                    local.append(time.perf_counter() - began)
+                    if response.status_code != 202:
+                        with lock:
+                            errors[0] += 1
+            with lock:
+                latencies.extend(local)
+
+        began = time.monotonic()
+        threads = [threading.Thread(target=load, args=(i,)) for i in range(args.concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - began
+    finally:
+        web.terminate()
+        web.wait()
+
+    app_rate = len(latencies) / elapsed
+    p50 = statistics.median(latencies) * 1000
+    p99 = statistics.quantiles(latencies, n=100)[98] * 1000
+
+    size = len(sample)
+    with tempfile.TemporaryDirectory() as tmp:
+        sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-d", DB, "-qc",
+           "CREATE TABLE bench_rows (id bigserial primary key, webhook_id text unique, body jsonb, at timestamptz default now())")  # fmt: skip
+        script = Path(tmp) / "insert.sql"
+        payload = json.dumps({"p": "x" * (size - 10)})
+        script.write_text(
+            f"INSERT INTO bench_rows (webhook_id, body) VALUES (md5(random()::text || clock_timestamp()::text), '{payload}');\n"
+        )
+        out = sh("pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-f", str(script), "-c", str(args.concurrency),
+                 "-j", str(min(args.concurrency, 4)), "-T", str(int(args.seconds)), "-r", DB)  # fmt: skip
+    tps = float(next(line for line in out.splitlines() if line.startswith("tps")).split("=")[1].split()[0])
+    latency = next((line for line in out.splitlines() if "latency average" in line), "")
+    print(f"app:     {app_rate:8.1f} events/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  ({len(latencies)} events, {errors[0]} not 202)")
+    print(f"pgbench: {tps:8.1f} inserts/s {latency.strip()}  (rows of {size} bytes, one transaction each)")
+    print(f"ratio app/pgbench: {app_rate / tps:.3f}  (goal >= 0.5)")
+    sh("dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", DB, check=False)
+    shutil.rmtree(ROOT / "var" / "bench", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

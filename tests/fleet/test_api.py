@@ -1,0 +1,85 @@
+"""The bearer-token read API: runs, frontier, context, escalations, OpenAPI."""
+
+import pytest
+
+from fleet import services
+from tests.conftest import make_sender, task
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def token(planner) -> str:
+    from fleet.models import ApiToken
+
+    _, plain = ApiToken.issue(planner.agent)
+    return plain
+
+
+def get(client, path: str, token: str | None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    return client.get(path, **headers)
+
+
+def test_a_posted_run_reads_back_with_its_tasks_and_states(client, planner, coder, token):
+    tasks = [task(f"t{i}", prerequisites=[f"t{i - 1}"] if i else []) for i in range(20)]
+    assert planner.post("run.started", {"run": "r1", "title": "Twenty", "tasks": tasks}).status_code == 202
+    response = get(client, "/api/v1/runs/r1", token)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["run"] == "r1" and body["title"] == "Twenty" and body["state"] == "running"
+    assert [t["key"] for t in body["tasks"]] == [f"t{i}" for i in range(20)]
+    assert {t["state"] for t in body["tasks"]} == {"pending"}
+    assert body["tasks"][0]["ready"] is True
+    assert body["tasks"][1]["blockers"] == ["prerequisite:t0"]
+
+
+def test_the_frontier_lists_ready_and_deferred_tasks(client, planner, coder, token):
+    tasks = [task("local"), task("push", capabilities=["forge"]), task("after", prerequisites=["push"])]
+    planner.post("run.started", {"run": "r1", "tasks": tasks})
+    planner.post("capability.changed", {"capability": "forge", "status": "down", "reason": "outage"})
+    body = get(client, "/api/v1/runs/r1/frontier", token).json()
+    assert body == {
+        "policy": "scoped",
+        "ready": ["local"],
+        "deferred": [
+            {"task": "after", "blockers": ["prerequisite:push"]},
+            {"task": "push", "blockers": ["capability:forge"]},
+        ],
+    }
+
+
+def test_the_api_needs_a_valid_bearer_token(client, planner, coder):
+    planner.post("run.started", {"run": "r1", "tasks": [task("a")]})
+    for token in (None, "bhk_wrong"):
+        response = get(client, "/api/v1/runs/r1", token)
+        assert response.status_code == 401
+        assert response.json()["errors"][0]["loc"] == "authorization"
+
+
+def test_a_run_of_another_fleet_is_404(client, planner, coder):
+    planner.post("run.started", {"run": "r1", "tasks": [task("a")]})
+    other = services.fleet_create(name="other")
+    stranger = make_sender(client, other, "stranger")
+    from fleet.models import ApiToken
+
+    _, plain = ApiToken.issue(stranger.agent)
+    response = get(client, "/api/v1/runs/r1", plain)
+    assert response.status_code == 404
+    assert response.json()["errors"][0]["msg"] == "no run 'r1'"
+
+
+def test_an_unknown_task_context_is_404(client, planner, coder, token):
+    planner.post("run.started", {"run": "r1", "tasks": [task("a")]})
+    assert get(client, "/api/v1/runs/r1/tasks/a/context", token).json()["task"] == "a"
+    assert get(client, "/api/v1/runs/r1/tasks/zzz/context", token).status_code == 404
+
+
+def test_openapi_describes_the_api(client):
+    response = client.get("/api/v1/openapi.json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    assert "/api/v1/runs/{run}" in paths
+    assert "/api/v1/runs/{run}/frontier" in paths
+    assert "/api/v1/runs/{run}/tasks/{task}/context" in paths
+    assert "/api/v1/escalations/{escalation_id}" in paths

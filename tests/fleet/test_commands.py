@@ -1,0 +1,83 @@
+"""Management commands print JSON and refuse bad input with a clear message."""
+
+import io
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+
+from fleet.models import Agent, ApiToken, Fleet, Membership, VerificationSource, token_digest
+from runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def run_command(*args: str) -> dict:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_fleet_create_prints_the_fleet_and_its_callback_secret():
+    printed = run_command("fleet_create", "acme", "--callback-url", "https://hooks.example.com/bulkhead")
+    assert printed["fleet"] == "acme"
+    assert printed["callback_secret"].startswith("whsec_")
+    assert Fleet.objects.get(name="acme").callback_url == "https://hooks.example.com/bulkhead"
+
+
+def test_fleet_create_refuses_a_bad_name_or_url():
+    with pytest.raises(CommandError, match="slug"):
+        run_command("fleet_create", "not a slug")
+    with pytest.raises(CommandError, match="URL"):
+        run_command("fleet_create", "acme", "--callback-url", "ftp://nowhere")
+
+
+def test_agent_create_prints_id_endpoint_secret_and_a_token_stored_hashed():
+    run_command("fleet_create", "acme")
+    printed = run_command("agent_create", "acme", "planner", "--role", "planning", "--orchestrator")
+    agent = Agent.objects.get(pk=printed["id"])
+    assert agent.is_orchestrator and agent.role == "planning"
+    assert printed["endpoint"].endswith(f"/hooks/v1/agents/{agent.pk}/events")
+    assert printed["signing_secret"].startswith("whsec_")
+    assert agent.signing_keys.get().secret == printed["signing_secret"]
+    token = ApiToken.objects.get(agent=agent)
+    assert token.digest == token_digest(printed["api_token"])
+    assert printed["api_token"] not in token.digest
+
+
+def test_agent_create_refuses_an_unknown_fleet_and_a_duplicate_name():
+    with pytest.raises(CommandError, match="no fleet named 'ghost'"):
+        run_command("agent_create", "ghost", "planner")
+    run_command("fleet_create", "acme")
+    run_command("agent_create", "acme", "planner")
+    with pytest.raises(CommandError, match="already exists"):
+        run_command("agent_create", "acme", "planner")
+
+
+def test_member_add_creates_the_user_once_with_a_one_time_password():
+    run_command("fleet_create", "acme")
+    first = run_command("member_add", "alice", "--fleet", "acme", "--role", "reviewer")
+    user = get_user_model().objects.get(username="alice")
+    assert user.check_password(first["password"])
+    again = run_command("member_add", "alice", "--fleet", "acme", "--role", "manager")
+    assert again["password"] is None
+    assert Membership.objects.get(user=user).role == "manager"
+
+
+def test_source_add_registers_a_verification_source():
+    run_command("fleet_create", "acme")
+    printed = run_command("source_add", "acme", "workspace", "repo", "/srv/repo")
+    assert printed == {"fleet": "acme", "kind": "workspace", "name": "repo", "value": "/srv/repo"}
+    assert VerificationSource.objects.get().value == "/srv/repo"
+
+
+def test_demo_is_idempotent_and_prints_a_login(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    first = run_command("demo")
+    second = run_command("demo")
+    assert first["fleet"] == second["fleet"] == "demo"
+    assert second["login"]["reviewer"] == first["login"]["reviewer"]
+    user = get_user_model().objects.get(username="reviewer")
+    assert user.check_password(first["login"]["reviewer"])
+    assert Run.objects.filter(fleet__name="demo").count() == len(first["runs"])
