@@ -5,6 +5,7 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
+from kombu import Connection
 
 from fleet import intake
 from fleet.middleware import database_unavailable, is_database_down
@@ -46,11 +47,14 @@ def readyz(request: HttpRequest) -> HttpResponse:
         checks["database"] = "ok"
     except DatabaseError as exc:
         checks["database"] = f"unavailable: {exc.__class__.__name__}"
-    from fleet.celery import app
-
     try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
+        broker = Connection(
+            settings.CELERY_BROKER_URL,
+            transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+            connect_timeout=2,
+        )
+        with broker:
+            broker.ensure_connection(max_retries=1, timeout=2)
         checks["broker"] = "ok"
     except Exception as exc:  # noqa: BLE001 - any broker failure means not ready
         checks["broker"] = f"unavailable: {exc.__class__.__name__}"

@@ -126,9 +126,9 @@ def database_url() -> str:
     return f"postgresql://{user}{password}@{host}:{port}/{config['NAME']}"
 
 
-@pytest.fixture
-def worker(transactional_db: None, tmp_path: Any) -> Iterator[Any]:
-    """A real Celery worker process on the configured broker and the test database."""
+@pytest.fixture(scope="session")
+def worker_process(django_db_setup: None, tmp_path_factory: Any) -> Iterator[Any]:
+    """One real Celery worker process for the session, on the configured broker and test database."""
     import subprocess
     import sys
 
@@ -150,23 +150,20 @@ def worker(transactional_db: None, tmp_path: Any) -> Iterator[Any]:
         shutil.rmtree(settings.BROKER_DIR, ignore_errors=True)
         (settings.BROKER_DIR / "queue").mkdir(parents=True, exist_ok=True)
         (settings.BROKER_DIR / "processed").mkdir(parents=True, exist_ok=True)
-    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed after the process
+    path = tmp_path_factory.mktemp("worker") / "worker.log"
+    log = open(path, "w")  # noqa: SIM115 - closed after the process
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool=solo", "--loglevel=INFO",
-         "--without-mingle", "--without-gossip", "-n", f"test-{uuid.uuid4().hex[:6]}@%h"],
+        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool=threads", "--concurrency=4",
+         "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", f"test-{uuid.uuid4().hex[:6]}@%h"],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if "ready" in (tmp_path / "worker.log").read_text():
-            break
-        if process.poll() is not None:
-            raise RuntimeError((tmp_path / "worker.log").read_text())
-        time.sleep(0.2)
-    else:
-        process.kill()
-        raise RuntimeError("the worker did not start:\n" + (tmp_path / "worker.log").read_text())
-    process.log_path = tmp_path / "worker.log"  # type: ignore[attr-defined]
+    deadline = time.time() + 60
+    while "ready" not in path.read_text():
+        if process.poll() is not None or time.time() > deadline:
+            process.kill()
+            raise RuntimeError("the worker did not start:\n" + path.read_text())
+        time.sleep(0.1)
+    process.log_path = path  # type: ignore[attr-defined]
     yield process
     process.terminate()
     try:
@@ -174,6 +171,15 @@ def worker(transactional_db: None, tmp_path: Any) -> Iterator[Any]:
     except subprocess.TimeoutExpired:
         process.kill()
     log.close()
+
+
+@pytest.fixture
+def worker(transactional_db: None, worker_process: Any) -> Iterator[Any]:
+    """The real worker, for a test whose data is committed; tasks are sent, not run inline."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = False
+    yield worker_process
+    celery_app.conf.task_always_eager = previous
 
 
 def eventually(check: Any, *, timeout: float = 20.0, interval: float = 0.1) -> Any:

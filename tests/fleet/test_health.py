@@ -18,14 +18,9 @@ def test_readyz_checks_the_database_and_the_broker(client):
 
 @pytest.mark.django_db
 def test_readyz_is_503_when_the_broker_is_unreachable(client, settings):
-    from fleet.celery import app
-
-    previous = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
-    try:
-        response = client.get("/readyz")
-    finally:
-        app.conf.broker_url = previous
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    response = client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"]["broker"].startswith("unavailable")
     assert response["Retry-After"]

@@ -1,0 +1,636 @@
+"""The frontier rule: typed blockers, containment of a down capability, global halt, recompute."""
+
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runs.frontier import (
+    STOPPED,
+    UNFINISHED,
+    ClaimView,
+    Frontier,
+    TaskNode,
+    World,
+    build_index,
+    dependants,
+    frontier,
+    recompute,
+    touched_by_capability,
+)
+
+Nodes = dict[str, TaskNode]
+
+
+def run(*tasks: TaskNode) -> Nodes:
+    return {task.key: task for task in tasks}
+
+
+def stored(result: Frontier) -> dict[str, tuple[str, ...]]:
+    """What the scheduler keeps: the blockers of every pending task, () when it is ready."""
+    return {**dict.fromkeys(result.ready, ()), **result.deferred}
+
+
+def blockers(nodes: Nodes, world: World, key: str) -> tuple[str, ...]:
+    return frontier(nodes, world).deferred.get(key, ())
+
+
+# A small software-factory run: local work beside the work that needs the forge.
+FACTORY = run(
+    TaskNode("lint", state="succeeded"),
+    TaskNode("tests", prerequisites=("lint",)),
+    TaskNode("docs", prerequisites=("lint",)),
+    TaskNode("push", prerequisites=("tests",), capabilities=("forge",)),
+    TaskNode("open-pr", prerequisites=("push",), capabilities=("forge",), effect="external"),
+    TaskNode("changelog", prerequisites=("docs",)),
+)
+
+
+def test_it_defers_only_the_tasks_that_need_the_forge() -> None:
+    nodes = {
+        **FACTORY,
+        "tests": TaskNode("tests", state="succeeded", prerequisites=("lint",)),
+        "docs": TaskNode("docs", state="succeeded", prerequisites=("lint",)),
+    }
+    result = frontier(nodes, World(down=frozenset({"forge"})))
+    assert result.ready == ("changelog",)
+    assert result.deferred == {
+        "push": ("capability:forge",),
+        "open-pr": ("capability:forge", "prerequisite:push"),
+    }
+    assert result.policy == "scoped"
+
+
+def test_it_readies_every_task_whose_prerequisites_succeeded() -> None:
+    result = frontier(FACTORY, World())
+    assert result.ready == ("docs", "tests")
+    assert result.deferred == {
+        "push": ("prerequisite:tests",),
+        "open-pr": ("prerequisite:push",),
+        "changelog": ("prerequisite:docs",),
+    }
+
+
+@pytest.mark.parametrize(
+    ("task", "world", "expected"),
+    [
+        pytest.param(
+            TaskNode("t", prerequisites=("up",)), World(), ("prerequisite:up",), id="prerequisite"
+        ),
+        pytest.param(
+            TaskNode("t", capabilities=("forge", "registry")),
+            World(down=frozenset({"registry", "forge"})),
+            ("capability:forge", "capability:registry"),
+            id="capability",
+        ),
+        pytest.param(
+            TaskNode("t", reads_state_of=("crm", "telemetry")),
+            World(down=frozenset({"crm", "telemetry"})),
+            ("barrier:freshness",),
+            id="freshness",
+        ),
+        pytest.param(
+            TaskNode("t", effect="external"),
+            World(down=frozenset({"change-control"}), roles={"authority": "change-control"}),
+            ("barrier:authority",),
+            id="authority",
+        ),
+        pytest.param(
+            TaskNode("t", effect="external"),
+            World(down=frozenset({"telemetry"}), roles={"observability": "telemetry"}),
+            ("barrier:observability",),
+            id="observability",
+        ),
+        pytest.param(
+            TaskNode("t", effect="external"),
+            World(down=frozenset({"snapshots"}), roles={"rollback": "snapshots"}),
+            ("barrier:rollback",),
+            id="rollback",
+        ),
+        pytest.param(
+            TaskNode("t", effect="external", dependency_confidence="uncertain"),
+            World(),
+            ("barrier:uncertain-dependency",),
+            id="uncertain-dependency",
+        ),
+        pytest.param(
+            TaskNode("t", consumes=("schema", "draft", "gone")),
+            World(
+                claims={
+                    "schema": ClaimView("unverified", load_bearing=True),
+                    "draft": ClaimView("unverified", load_bearing=False),
+                }
+            ),
+            ("claim:gone", "claim:schema"),
+            id="claim",
+        ),
+        pytest.param(
+            TaskNode("t", consumes=("note",)),
+            World(claims={"note": ClaimView("refuted", load_bearing=False)}),
+            ("claim:note",),
+            id="refuted-claim",
+        ),
+        pytest.param(
+            TaskNode("t"), World(escalations={"t": ("e2", "e1")}), ("escalation:e1", "escalation:e2"),
+            id="escalation",
+        ),
+    ],
+)  # fmt: skip
+def test_it_names_every_kind_of_blocker(
+    task: TaskNode, world: World, expected: tuple[str, ...]
+) -> None:
+    nodes = run(task, TaskNode("up", state="running"))
+    assert blockers(nodes, world, "t") == expected
+
+
+def test_it_lets_external_work_go_when_the_roles_are_up() -> None:
+    nodes = run(TaskNode("deploy", effect="external", capabilities=("deployer",)))
+    world = World(down=frozenset({"crm"}), roles={"authority": "change-control"})
+    assert frontier(nodes, world).ready == ("deploy",)
+
+
+def test_a_role_outage_does_not_stop_work_without_external_effect() -> None:
+    nodes = run(TaskNode("draft", effect="reversible"), TaskNode("send", effect="external"))
+    world = World(down=frozenset({"telemetry"}), roles={"observability": "telemetry"})
+    result = frontier(nodes, world)
+    assert result.ready == ("draft",)
+    assert result.deferred == {"send": ("barrier:observability",)}
+
+
+def test_a_reviewer_release_lifts_the_uncertain_dependency_stop() -> None:
+    nodes = run(TaskNode("t", effect="external", dependency_confidence="uncertain", released=True))
+    assert frontier(nodes, World()).ready == ("t",)
+
+
+def test_verified_claims_let_the_consumer_start() -> None:
+    nodes = run(TaskNode("t", consumes=("schema",)))
+    world = World(claims={"schema": ClaimView("verified", load_bearing=True)})
+    assert frontier(nodes, world).ready == ("t",)
+
+
+def test_it_bars_a_transaction_when_one_member_is_blocked() -> None:
+    nodes = run(
+        TaskNode("migrate", transaction="release", capabilities=("db",)),
+        TaskNode("deploy", transaction="release"),
+        TaskNode("notes"),
+    )
+    result = frontier(nodes, World(down=frozenset({"db"})))
+    assert result.ready == ("notes",)
+    # The blocked member is not barred by the members it holds up itself.
+    assert result.deferred == {"migrate": ("capability:db",), "deploy": ("barrier:transaction",)}
+    assert frontier(nodes, World()).ready == ("deploy", "migrate", "notes")
+
+
+def test_a_member_waiting_for_a_running_prerequisite_does_not_bar_the_transaction() -> None:
+    nodes = run(
+        TaskNode("build", state="running"),
+        TaskNode("migrate", transaction="release", prerequisites=("build",)),
+        TaskNode("deploy", transaction="release"),
+    )
+    result = frontier(nodes, World())
+    assert result.ready == ("deploy",)
+    assert result.deferred == {"migrate": ("prerequisite:build",)}
+
+
+def test_a_member_downstream_of_a_blocked_task_bars_the_transaction() -> None:
+    nodes = run(
+        TaskNode("fetch", capabilities=("web",)),
+        TaskNode("summarise", prerequisites=("fetch",), transaction="report"),
+        TaskNode("publish", transaction="report"),
+    )
+    result = frontier(nodes, World(down=frozenset({"web"})))
+    assert result.ready == ()
+    assert result.deferred["publish"] == ("barrier:transaction",)
+
+
+@pytest.mark.parametrize("state", sorted(STOPPED))
+def test_a_stopped_prerequisite_blocks_the_transaction(state: str) -> None:
+    nodes = run(
+        TaskNode("probe", state=state),
+        TaskNode("rollout", prerequisites=("probe",), transaction="change"),
+        TaskNode("announce", transaction="change"),
+    )
+    assert frontier(nodes, World()).deferred["announce"] == ("barrier:transaction",)
+
+
+def test_a_transaction_barrier_carries_across_groups() -> None:
+    # "pin" is barred by its group; "bump" waits on it, so "bump"'s own group must wait too.
+    nodes = run(
+        TaskNode("lock", transaction="deps", capabilities=("registry",)),
+        TaskNode("pin", transaction="deps"),
+        TaskNode("bump", prerequisites=("pin",), transaction="release"),
+        TaskNode("tag", transaction="release"),
+    )
+    result = frontier(nodes, World(down=frozenset({"registry"})))
+    assert result.ready == ()
+    assert result.deferred["tag"] == ("barrier:transaction",)
+    assert frontier(nodes, World()).ready == ("lock", "pin", "tag")
+
+
+def test_global_halt_stops_every_pending_task_while_a_needed_capability_is_down() -> None:
+    world = World(down=frozenset({"forge", "crm"}), policy="global_halt")
+    result = frontier(FACTORY, world)
+    assert result.policy == "global_halt"
+    assert result.ready == ()
+    assert result.deferred["docs"] == ("halt:forge",)
+    assert result.deferred["push"] == ("capability:forge", "halt:forge", "prerequisite:tests")
+
+
+def test_global_halt_goes_on_when_no_unfinished_task_needs_the_capability() -> None:
+    nodes = {
+        **FACTORY,
+        "push": TaskNode("push", state="succeeded", capabilities=("forge",)),
+        "open-pr": TaskNode("open-pr", state="cancelled", capabilities=("forge",)),
+    }
+    result = frontier(nodes, World(down=frozenset({"forge"}), policy="global_halt"))
+    assert result.ready == ("docs", "tests")
+
+
+def test_it_refuses_an_unknown_policy() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        World(policy="naive")
+
+
+def test_dependants_are_the_reverse_edges() -> None:
+    assert dependants(FACTORY) == {
+        "lint": ("docs", "tests"),
+        "tests": ("push",),
+        "docs": ("changelog",),
+        "push": ("open-pr",),
+        "open-pr": (),
+        "changelog": (),
+    }
+
+
+def test_touched_by_capability_names_the_tasks_whose_conditions_mention_it() -> None:
+    nodes = run(
+        TaskNode("a", capabilities=("telemetry",)),
+        TaskNode("b", reads_state_of=("telemetry",)),
+        TaskNode("c", effect="external"),
+        TaskNode("d", prerequisites=("a",)),
+    )
+    world = World(roles={"observability": "telemetry"})
+    assert touched_by_capability(nodes, "telemetry", world) == {"a", "b", "c"}
+    assert touched_by_capability(nodes, "telemetry", World()) == {"a", "b"}
+    index = build_index(nodes)
+    assert touched_by_capability(nodes, "telemetry", world, index=index) == {"a", "b", "c"}
+    halted = World(policy="global_halt")
+    assert touched_by_capability(nodes, "crm", halted) == {"a", "b", "c", "d"}
+
+
+def test_it_handles_a_chain_ten_thousand_deep() -> None:
+    depth = 10_000
+    nodes = {
+        f"t{i}": TaskNode(f"t{i}", prerequisites=(f"t{i - 1}",) if i else ()) for i in range(depth)
+    }
+    nodes["t0"] = TaskNode("t0", state="running")
+    nodes["last"] = TaskNode("last", prerequisites=(f"t{depth - 1}",), transaction="tx")
+    nodes["peer"] = TaskNode("peer", transaction="tx")
+    result = frontier(nodes, World())
+    assert result.ready == ("peer",)
+    assert len(result.deferred) == depth
+    # The stop at the root reaches the bottom of the chain, through it, without recursion.
+    nodes["t0"] = TaskNode("t0", state="failed")
+    updates = recompute(nodes, World(), previous=stored(result), changed=["t0"])
+    assert updates == {"peer": ("barrier:transaction",)}
+
+
+def test_recompute_after_a_capability_returns_only_what_changed() -> None:
+    nodes = {
+        **FACTORY,
+        "tests": TaskNode("tests", state="succeeded", prerequisites=("lint",)),
+    }
+    down = World(down=frozenset({"forge"}))
+    previous = stored(frontier(nodes, down))
+    up = World()
+    changed = touched_by_capability(nodes, "forge", up)
+    assert recompute(nodes, up, previous=previous, changed=changed) == {
+        "push": (),
+        "open-pr": ("prerequisite:push",),
+    }
+
+
+def test_recompute_evaluates_only_what_the_change_can_reach() -> None:
+    class Counting(dict[str, TaskNode]):
+        reads: set[str] = set()
+
+        def __getitem__(self, key: str) -> TaskNode:
+            self.reads.add(key)
+            return super().__getitem__(key)
+
+        def get(self, key: str, default: object = None) -> TaskNode | None:  # type: ignore[override]
+            self.reads.add(key)
+            return super().get(key)
+
+    nodes = Counting({f"s{i}": TaskNode(f"s{i}") for i in range(1_000)})
+    nodes.update(
+        {
+            "push": TaskNode("push", capabilities=("forge",)),
+            "pr": TaskNode("pr", prerequisites=("push",)),
+        }
+    )
+    index = build_index(nodes)
+    previous = stored(frontier(nodes, World()))
+    nodes.reads = set()
+    world = World(down=frozenset({"forge"}))
+    changed = touched_by_capability(nodes, "forge", world, index=index)
+    updates = recompute(nodes, world, previous=previous, changed=changed, index=index)
+    assert updates == {"push": ("capability:forge",)}
+    assert nodes.reads <= {"push", "pr"}
+
+
+def test_recompute_returns_new_pending_tasks_and_drops_finished_ones() -> None:
+    nodes = run(TaskNode("a"), TaskNode("b", prerequisites=("a",)))
+    previous = stored(frontier(nodes, World()))
+    nodes["a"] = TaskNode("a", state="succeeded")
+    nodes["c"] = TaskNode("c", prerequisites=("b",))
+    assert recompute(nodes, World(), previous=previous, changed=["a", "c"]) == {
+        "b": (),
+        "c": ("prerequisite:b",),
+    }
+
+
+def test_recompute_reevaluates_everything_when_a_global_halt_starts_or_ends() -> None:
+    nodes = run(TaskNode("a", capabilities=("forge",)), TaskNode("b"))
+    halted = World(down=frozenset({"forge"}), policy="global_halt")
+    previous = stored(frontier(nodes, halted))
+    assert previous == {"a": ("capability:forge", "halt:forge"), "b": ("halt:forge",)}
+    nodes["a"] = TaskNode("a", state="cancelled", capabilities=("forge",))
+    assert recompute(nodes, halted, previous=previous, changed=["a"]) == {"b": ()}
+
+
+def test_it_handles_a_hundred_thousand_tasks() -> None:
+    rng = random.Random(7)
+    nodes: Nodes = {}
+    for i in range(100_000):
+        layer = i // 1_000
+        prerequisites = tuple(
+            {f"t{(layer - 1) * 1_000 + rng.randrange(1_000)}" for _ in range(3)} if layer else ()
+        )
+        nodes[f"t{i}"] = TaskNode(
+            f"t{i}",
+            state="succeeded" if layer < 10 else "pending",
+            prerequisites=prerequisites,
+            capabilities=(f"c{rng.randrange(20)}",),
+            transaction=f"g{i % 500}" if i % 97 == 0 else None,
+        )
+    result = frontier(nodes, World(down=frozenset({"c3"})))
+    assert len(result.ready) + len(result.deferred) == 90_000
+    assert result.ready
+
+
+# Properties on random runs.
+
+CAPABILITIES = ("forge", "registry", "crm", "telemetry")
+CLAIMS = ("c1", "c2", "c3")
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> Nodes:
+    count = draw(st.integers(1, 12))
+    nodes: Nodes = {}
+    for i in range(count):
+        earlier = [f"t{j}" for j in range(i)]
+        nodes[f"t{i}"] = TaskNode(
+            key=f"t{i}",
+            state=draw(
+                st.sampled_from(("pending",) * 4 + ("running", "succeeded") * 2 + tuple(STOPPED))
+            ),
+            prerequisites=tuple(draw(st.lists(st.sampled_from(earlier), max_size=3, unique=True)))
+            if earlier
+            else (),
+            capabilities=tuple(
+                draw(st.lists(st.sampled_from(CAPABILITIES), max_size=2, unique=True))
+            ),
+            reads_state_of=tuple(draw(st.lists(st.sampled_from(CAPABILITIES), max_size=1))),
+            effect=draw(st.sampled_from(("none", "reversible", "external"))),
+            dependency_confidence=draw(st.sampled_from(("declared", "declared", "uncertain"))),
+            transaction=draw(st.sampled_from((None, None, "x", "y"))),
+            consumes=tuple(draw(st.lists(st.sampled_from(CLAIMS), max_size=2, unique=True))),
+            released=draw(st.booleans()),
+        )
+    return nodes
+
+
+@st.composite
+def worlds(draw: st.DrawFn, policy: str | None = None) -> World:
+    roles = draw(
+        st.dictionaries(
+            st.sampled_from(("authority", "observability", "rollback")),
+            st.sampled_from(CAPABILITIES),
+        )
+    )
+    claims = draw(
+        st.dictionaries(
+            st.sampled_from(CLAIMS),
+            st.builds(
+                ClaimView, st.sampled_from(("unverified", "verified", "refuted")), st.booleans()
+            ),
+        )
+    )
+    escalations = draw(
+        st.dictionaries(st.sampled_from([f"t{i}" for i in range(12)]), st.just(("e1",)), max_size=2)
+    )
+    return World(
+        down=frozenset(draw(st.sets(st.sampled_from(CAPABILITIES), max_size=2))),
+        roles=roles,
+        claims=claims,
+        escalations=escalations,
+        policy=policy or draw(st.sampled_from(("scoped", "global_halt"))),
+    )
+
+
+def local_blockers(nodes: Mapping[str, TaskNode], world: World, key: str) -> set[str]:
+    """DESIGN section 5, rules 1-4 and 6-7, written out plainly for one task."""
+    node = nodes[key]
+    found = {f"prerequisite:{p}" for p in node.prerequisites if nodes[p].state != "succeeded"}
+    found |= {f"capability:{c}" for c in node.capabilities if c in world.down}
+    if any(c in world.down for c in node.reads_state_of):
+        found.add("barrier:freshness")
+    if node.effect == "external":
+        found |= {f"barrier:{role}" for role, c in world.roles.items() if c in world.down}
+        if node.dependency_confidence == "uncertain" and not node.released:
+            found.add("barrier:uncertain-dependency")
+    for claim in node.consumes:
+        view = world.claims.get(claim)
+        if (
+            view is None
+            or view.status == "refuted"
+            or (view.load_bearing and view.status != "verified")
+        ):
+            found.add(f"claim:{claim}")
+    found |= {f"escalation:{e}" for e in world.escalations.get(key, ())}
+    return found
+
+
+def blocked_tasks(nodes: Mapping[str, TaskNode], world: World) -> set[str]:
+    """The pending tasks that are blocked (not merely waiting), by naive iteration to a fixed point."""
+    pending = [k for k, n in nodes.items() if n.state == "pending"]
+    halted = world.policy == "global_halt" and any(
+        c in world.down
+        for n in nodes.values()
+        if n.state in UNFINISHED
+        for c in (*n.capabilities, *n.reads_state_of)
+    )
+    blocked = {
+        k
+        for k in pending
+        if halted
+        or any(not b.startswith("prerequisite:") for b in local_blockers(nodes, world, k))
+        or any(nodes[p].state in STOPPED for p in nodes[k].prerequisites)
+    }
+    while True:
+        more = {
+            k
+            for k in pending
+            if any(p in blocked for p in nodes[k].prerequisites)
+            or any(
+                m in blocked
+                and m != k
+                and nodes[k].transaction is not None
+                and nodes[m].transaction == nodes[k].transaction
+                for m in pending
+            )
+        }
+        if more <= blocked:
+            return blocked
+        blocked |= more
+
+
+@settings(max_examples=4000, suppress_health_check=[HealthCheck.too_slow])
+@given(runs(), worlds())
+def test_nothing_in_the_ready_frontier_has_a_false_condition(nodes: Nodes, world: World) -> None:
+    result = frontier(nodes, world)
+    blocked = blocked_tasks(nodes, world)
+    pending = {k for k, n in nodes.items() if n.state == "pending"}
+    assert set(result.ready) | set(result.deferred) == pending
+    assert not set(result.ready) & set(result.deferred)
+    for key in result.ready:
+        assert not local_blockers(nodes, world, key)
+        group = nodes[key].transaction
+        assert not any(m != key and nodes[m].transaction == group for m in blocked if group)
+    for key, found in result.deferred.items():
+        assert found and list(found) == sorted(set(found))
+        halts = {b for b in found if b.startswith("halt:")}
+        assert set(found) - halts - {"barrier:transaction"} == local_blockers(nodes, world, key)
+        if "barrier:transaction" in found:
+            group = nodes[key].transaction
+            assert any(m != key and nodes[m].transaction == group for m in blocked)
+
+
+@settings(max_examples=4000)
+@given(runs(), worlds(policy="scoped"), st.sampled_from(CAPABILITIES))
+def test_a_task_outside_every_cut_of_a_down_capability_is_unaffected(
+    nodes: Nodes, world: World, capability: str
+) -> None:
+    up = replace(world, down=world.down - {capability})
+    down = replace(world, down=world.down | {capability})
+    # The cut: what mentions the capability, closed over dependants and transaction groups.
+    cut = touched_by_capability(nodes, capability, down)
+    reverse = dependants(nodes)
+    grow = list(cut)
+    while grow:
+        key = grow.pop()
+        near = [*reverse[key]]
+        near += [
+            m for m, n in nodes.items() if n.transaction and n.transaction == nodes[key].transaction
+        ]
+        for other in near:
+            if other not in cut:
+                cut.add(other)
+                grow.append(other)
+    with_it, without_it = stored(frontier(nodes, down)), stored(frontier(nodes, up))
+    for key in set(with_it) - cut:
+        assert with_it[key] == without_it[key]
+
+
+@settings(max_examples=4000)
+@given(runs(), worlds(policy="global_halt"))
+def test_global_halt_readies_nothing_while_a_needed_capability_is_down(
+    nodes: Nodes, world: World
+) -> None:
+    needed = {
+        c
+        for n in nodes.values()
+        if n.state in UNFINISHED
+        for c in (*n.capabilities, *n.reads_state_of)
+    }
+    result = frontier(nodes, world)
+    if needed & world.down:
+        assert result.ready == ()
+        for found in result.deferred.values():
+            assert {b for b in found if b.startswith("halt:")} == {
+                f"halt:{c}" for c in needed & world.down
+            }
+    else:
+        scoped = frontier(nodes, replace(world, policy="scoped"))
+        assert (result.ready, result.deferred) == (scoped.ready, scoped.deferred)
+
+
+@settings(max_examples=4000)
+@given(runs(), worlds(), st.randoms(use_true_random=False))
+def test_the_result_does_not_depend_on_the_order_of_the_mappings(
+    nodes: Nodes, world: World, rng: random.Random
+) -> None:
+    keys = list(nodes)
+    rng.shuffle(keys)
+    shuffled = {k: nodes[k] for k in keys}
+    claims = list(world.claims.items())
+    rng.shuffle(claims)
+    again = replace(world, claims=dict(claims))
+    assert frontier(shuffled, again) == frontier(nodes, world)
+
+
+@st.composite
+def changes(draw: st.DrawFn) -> tuple[Nodes, World, Nodes, World, set[str]]:
+    """A run, then one change to it: a task finished, a capability changed, a claim checked, an
+    escalation answered; with the `changed` a caller would pass."""
+    nodes = draw(runs())
+    world = draw(worlds())
+    kind = draw(st.sampled_from(("finished", "started", "capability", "claim", "escalation")))
+    new_nodes, new_world = dict(nodes), world
+    changed: set[str] = set()
+    if kind in ("finished", "started"):
+        key = draw(st.sampled_from(sorted(nodes)))
+        state = draw(
+            st.sampled_from(("succeeded", "failed")) if kind == "finished" else st.just("running")
+        )
+        new_nodes[key] = replace(nodes[key], state=state)
+        changed = {key}
+    elif kind == "capability":
+        name = draw(st.sampled_from(CAPABILITIES))
+        down = world.down - {name} if name in world.down else world.down | {name}
+        new_world = replace(world, down=down)
+        changed = touched_by_capability(new_nodes, name, new_world)
+    elif kind == "claim":
+        claim = draw(st.sampled_from(CLAIMS))
+        view = ClaimView(draw(st.sampled_from(("verified", "refuted"))), draw(st.booleans()))
+        new_world = replace(world, claims={**world.claims, claim: view})
+        changed = {k for k, n in nodes.items() if claim in n.consumes}
+    else:
+        if not world.escalations:
+            key = draw(st.sampled_from(sorted(nodes)))
+            world = replace(world, escalations={key: ("e9",)})
+        key = draw(st.sampled_from(sorted(world.escalations)))
+        rest = {k: v for k, v in world.escalations.items() if k != key}
+        new_world = replace(world, escalations=rest)
+        changed = {key}
+    return nodes, world, new_nodes, new_world, changed
+
+
+@settings(max_examples=4000, suppress_health_check=[HealthCheck.too_slow])
+@given(changes(), st.booleans())
+def test_recompute_after_one_change_agrees_with_the_frontier_from_scratch(
+    change: tuple[Nodes, World, Nodes, World, set[str]], cached: bool
+) -> None:
+    nodes, world, new_nodes, new_world, changed = change
+    previous = stored(frontier(nodes, world))
+    index = build_index(new_nodes) if cached else None
+    updates = recompute(new_nodes, new_world, previous=previous, changed=changed, index=index)
+    pending = {k for k, n in new_nodes.items() if n.state == "pending"}
+    applied = {k: v for k, v in {**previous, **updates}.items() if k in pending}
+    assert applied == stored(frontier(new_nodes, new_world))
+    assert all(previous.get(k) != v for k, v in updates.items())
