@@ -36,9 +36,15 @@ def sh(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str
 def packet(i: int) -> dict:
     return {
         "task": "t",
-        "tried": [f"attempt {n}: re-ran the migration with a narrower scope and checked the schema" for n in range(8)],
+        "tried": [
+            f"attempt {n}: re-ran the migration with a narrower scope and checked the schema"
+            for n in range(8)
+        ],
         "ruled_out": [
-            {"hypothesis": f"hypothesis {n}: the column was renamed upstream", "how": "queried information_schema"}
+            {
+                "hypothesis": f"hypothesis {n}: the column was renamed upstream",
+                "how": "queried information_schema",
+            }
             for n in range(6)
         ],
         "evidence": [
@@ -73,7 +79,9 @@ def main() -> None:
     python = sys.executable
     sh(python, str(ROOT / "manage.py"), "migrate", "-v0", env=env)
     sh(python, str(ROOT / "manage.py"), "fleet_create", "bench", env=env)
-    agent = json.loads(sh(python, str(ROOT / "manage.py"), "agent_create", "bench", "a", "--orchestrator", env=env))
+    agent = json.loads(
+        sh(python, str(ROOT / "manage.py"), "agent_create", "bench", "a", "--orchestrator", env=env)
+    )
     web = subprocess.Popen(
         [str(Path(python).parent / "gunicorn"), "fleet.wsgi", "--bind", f"127.0.0.1:{PORT}",
          "--workers", str(args.workers), "--log-level", "warning"],
@@ -94,13 +102,19 @@ def main() -> None:
         secret = agent["signing_secret"]
 
         def signed(type: str, data: dict) -> tuple[bytes, dict[str, str]]:
-            body = json.dumps({"type": type, "timestamp": "2026-12-02T10:00:00Z", "data": data}).encode()
-            headers = signing.sign(secret, msg_id=f"msg_{uuid.uuid4().hex}", timestamp=int(time.time()), body=body)
+            body = json.dumps(
+                {"type": type, "timestamp": "2026-12-02T10:00:00Z", "data": data}
+            ).encode()
+            headers = signing.sign(
+                secret, msg_id=f"msg_{uuid.uuid4().hex}", timestamp=int(time.time()), body=body
+            )
             headers["content-type"] = "application/json"
             return body, headers
 
         tasks = [{"key": "t", "agent": "a"}]
-        httpx.post(url, content=(b := signed("run.started", {"run": "r", "tasks": tasks}))[0], headers=b[1])
+        httpx.post(
+            url, content=(b := signed("run.started", {"run": "r", "tasks": tasks}))[0], headers=b[1]
+        )
         sample = signed("packet.submitted", {"run": "r", "task": "t", "packet": packet(0)})[0]
         latencies: list[float] = []
         errors = [0]
@@ -114,10 +128,17 @@ def main() -> None:
                 while time.monotonic() < stop:
                     n += 1
                     if n % 2:
-                        body, headers = signed("packet.submitted", {"run": "r", "task": "t", "packet": packet(n)})
+                        body, headers = signed(
+                            "packet.submitted", {"run": "r", "task": "t", "packet": packet(n)}
+                        )
                     else:
-                        claim = {"key": f"c-{worker}-{n}", "statement": "customers has customer_tier " * 20}
-                        body, headers = signed("claim.posted", {"run": "r", "task": "t", "claim": claim})
+                        claim = {
+                            "key": f"c-{worker}-{n}",
+                            "statement": "customers has customer_tier " * 20,
+                        }
+                        body, headers = signed(
+                            "claim.posted", {"run": "r", "task": "t", "claim": claim}
+                        )
                     began = time.perf_counter()
                     response = client.post(url, content=body, headers=headers)
                     local.append(time.perf_counter() - began)
@@ -153,10 +174,16 @@ def main() -> None:
         )
         out = sh("pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-f", str(script), "-c", str(args.concurrency),
                  "-j", str(min(args.concurrency, 4)), "-T", str(int(args.seconds)), "-r", DB)  # fmt: skip
-    tps = float(next(line for line in out.splitlines() if line.startswith("tps")).split("=")[1].split()[0])
+    tps = float(
+        next(line for line in out.splitlines() if line.startswith("tps")).split("=")[1].split()[0]
+    )
     latency = next((line for line in out.splitlines() if "latency average" in line), "")
-    print(f"app:     {app_rate:8.1f} events/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  ({len(latencies)} events, {errors[0]} not 202)")
-    print(f"pgbench: {tps:8.1f} inserts/s {latency.strip()}  (rows of {size} bytes, one transaction each)")
+    print(
+        f"app:     {app_rate:8.1f} events/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  ({len(latencies)} events, {errors[0]} not 202)"
+    )
+    print(
+        f"pgbench: {tps:8.1f} inserts/s {latency.strip()}  (rows of {size} bytes, one transaction each)"
+    )
     print(f"ratio app/pgbench: {app_rate / tps:.3f}  (goal >= 0.5)")
     sh("dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", DB, check=False)
     shutil.rmtree(ROOT / "var" / "bench", ignore_errors=True)

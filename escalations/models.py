@@ -59,7 +59,9 @@ class Escalation(models.Model):
 
 class Answer(models.Model):
     escalation = models.OneToOneField(Escalation, on_delete=models.CASCADE, related_name="answer")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
     text = models.TextField()
     option = models.CharField(max_length=500, blank=True)
     answered_at = models.DateTimeField()

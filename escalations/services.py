@@ -2,15 +2,14 @@
 
 from typing import Any
 
+from escalations.models import Escalation, FailurePacket
+from escalations.packets import validate_packet
 from fleet.events import Invalid, PacketSubmitted, error
 from fleet.intake import Context
 from fleet.outbox import notify
 from runs import scheduler
 from runs.models import Attempt, Task
 from runs.services import run_for, task_for
-
-from escalations.models import Escalation, FailurePacket
-from escalations.packets import validate_packet
 
 
 def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:

@@ -108,7 +108,15 @@ class DeliveryAttemptInline(admin.TabularInline):
 
 @admin.register(Delivery)
 class DeliveryAdmin(admin.ModelAdmin):
-    list_display = ("type", "fleet", "status", "attempts", "last_status_code", "next_attempt_at", "created_at")
+    list_display = (
+        "type",
+        "fleet",
+        "status",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+        "created_at",
+    )
     list_filter = ("fleet", "status", "type")
     search_fields = ("webhook_id",)
     inlines = [DeliveryAttemptInline]

@@ -28,7 +28,9 @@ class AgentToken(HttpBearer):
 def fleet_ids(request: HttpRequest) -> list[int]:
     ids = getattr(request, "fleet_ids", None)
     if ids is None:
-        ids = list(Membership.objects.filter(user_id=request.user.pk).values_list("fleet_id", flat=True))
+        ids = list(
+            Membership.objects.filter(user_id=request.user.pk or 0).values_list("fleet_id", flat=True)
+        )
     return ids
 
 
@@ -60,7 +62,10 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 @api.exception_handler(ValidationError)
 def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    errors = [{"loc": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors]
+    errors = [
+        {"loc": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg", "")}
+        for e in exc.errors
+    ]
     return api.create_response(request, {"errors": errors}, status=422)
 
 

@@ -60,7 +60,9 @@ def send(delivery_id: int, *, timeout: float = 10.0) -> str:
         error = ""
         response: httpx.Response | None = None
         try:
-            response = httpx.post(fleet.callback_url, content=body, headers=headers, timeout=timeout)
+            response = httpx.post(
+                fleet.callback_url, content=body, headers=headers, timeout=timeout
+            )
             status_code = response.status_code
         except httpx.HTTPError as exc:
             error = f"{exc.__class__.__name__}: {exc}"[:500]
@@ -78,7 +80,9 @@ def send(delivery_id: int, *, timeout: float = 10.0) -> str:
         elif status_code == 410:
             delivery.status = Delivery.Status.DISABLED
             fleet.callback_disabled_at = now
-            fleet.callback_disabled_reason = f"the receiver answered 410 Gone to {delivery.webhook_id}"
+            fleet.callback_disabled_reason = (
+                f"the receiver answered 410 Gone to {delivery.webhook_id}"
+            )
             fleet.save(update_fields=["callback_disabled_at", "callback_disabled_reason"])
         elif delivery.attempts >= MAX_ATTEMPTS:
             delivery.status = Delivery.Status.FAILED

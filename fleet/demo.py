@@ -34,7 +34,10 @@ def fleet_and_people() -> Fleet:
     for name, role, orchestrator in AGENTS:
         if not Agent.objects.filter(fleet=fleet, name=name).exists():
             services.agent_create(fleet=fleet, name=name, role=role, orchestrator=orchestrator)
-    for username, role in (("reviewer", Membership.Role.REVIEWER), ("manager", Membership.Role.MANAGER)):
+    for username, role in (
+        ("reviewer", Membership.Role.REVIEWER),
+        ("manager", Membership.Role.MANAGER),
+    ):
         services.member_add(username=username, fleet=fleet, role=role)
     return fleet
 
@@ -45,15 +48,41 @@ def load() -> dict[str, Any]:
     at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
     tasks = [
         {"key": "plan", "agent": "planner", "title": "Plan the change"},
-        {"key": "schema", "agent": "schema-agent", "prerequisites": ["plan"], "title": "Check the schema"},
-        {"key": "code-1", "agent": "coder-1", "prerequisites": ["schema"], "capabilities": ["forge"]},
-        {"key": "code-2", "agent": "coder-2", "prerequisites": ["schema"], "capabilities": ["forge"]},
+        {
+            "key": "schema",
+            "agent": "schema-agent",
+            "prerequisites": ["plan"],
+            "title": "Check the schema",
+        },
+        {
+            "key": "code-1",
+            "agent": "coder-1",
+            "prerequisites": ["schema"],
+            "capabilities": ["forge"],
+        },
+        {
+            "key": "code-2",
+            "agent": "coder-2",
+            "prerequisites": ["schema"],
+            "capabilities": ["forge"],
+        },
     ]
-    post(orchestrator, "run.started", {"run": "demo-1", "title": "A first run", "tasks": tasks}, key="demo-1", at=at)
+    post(
+        orchestrator,
+        "run.started",
+        {"run": "demo-1", "title": "A first run", "tasks": tasks},
+        key="demo-1",
+        at=at,
+    )
     post(
         orchestrator,
         "task.started",
-        {"run": "demo-1", "task": "plan", "agent": "planner", "attempt": {"prompt_hash": "p1", "context_hash": "c1"}},
+        {
+            "run": "demo-1",
+            "task": "plan",
+            "agent": "planner",
+            "attempt": {"prompt_hash": "p1", "context_hash": "c1"},
+        },
         key="demo-1/plan/start",
         at=at + timedelta(minutes=1),
     )

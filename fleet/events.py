@@ -174,8 +174,10 @@ def pydantic_errors(exc: ValidationError, prefix: str) -> list[dict[str, str]]:
     """The one place a validation error becomes the JSON error list."""
     errors = []
     for item in exc.errors(include_url=False):
-        loc = ".".join([prefix, *(str(part) for part in item["loc"])]) if prefix else ".".join(
-            str(part) for part in item["loc"]
+        loc = (
+            ".".join([prefix, *(str(part) for part in item["loc"])])
+            if prefix
+            else ".".join(str(part) for part in item["loc"])
         )
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
@@ -219,7 +221,6 @@ def parse(body: object) -> tuple[Envelope, Strict]:
         data = DATA_MODELS[envelope.type].model_validate(envelope.data)
     except ValidationError as exc:
         raise Invalid(pydantic_errors(exc, "data")) from exc
-    if isinstance(data, TaskFinished):
-        if data.outcome == "failed" and data.failure is None:
-            raise Invalid([error("data.failure", "required when outcome is failed")])
+    if isinstance(data, TaskFinished) and data.outcome == "failed" and data.failure is None:
+        raise Invalid([error("data.failure", "required when outcome is failed")])
     return envelope, data

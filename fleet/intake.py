@@ -106,7 +106,9 @@ def actor_for(sender: Agent, data: Strict) -> Agent:
     if name is None or name == sender.name:
         return sender
     if not sender.is_orchestrator:
-        raise Invalid([error("data.agent", "only an orchestrator may act as another agent")], status=403)
+        raise Invalid(
+            [error("data.agent", "only an orchestrator may act as another agent")], status=403
+        )
     actor = Agent.objects.filter(fleet_id=sender.fleet_id, name=name).first()
     if actor is None:
         raise Invalid([error("data.agent", f"no agent {name!r} in this fleet")])
@@ -140,7 +142,9 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
     return apply(agent=agent, webhook_id=headers["webhook-id"], body=body, raw=raw)
 
 
-def apply(*, agent: Agent, webhook_id: str, body: bytes, raw: object, imported: bool = False) -> Reply:
+def apply(
+    *, agent: Agent, webhook_id: str, body: bytes, raw: object, imported: bool = False
+) -> Reply:
     """Apply one event once: a replay of its webhook-id gets the first response."""
     digest = hashlib.sha256(body).hexdigest()
     previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
@@ -192,9 +196,7 @@ def _apply_once(
 
 def replay(previous: Event, digest: str) -> Reply:
     if previous.body_sha256 != digest:
-        return Reply(
-            409, {"errors": [error("webhook-id", "already used for a different body")]}
-        )
+        return Reply(409, {"errors": [error("webhook-id", "already used for a different body")]})
     return Reply(previous.response_status, previous.response)
 
 

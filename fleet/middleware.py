@@ -22,7 +22,9 @@ def is_database_down(exc: BaseException) -> bool:
     # psycopg raises its own OperationalError wrapped by Django; a closed connection can also
     # surface as a plain DatabaseError whose cause is a connection failure.
     cause = exc.__cause__
-    return isinstance(exc, DatabaseError) and cause is not None and "connection" in str(cause).lower()
+    return (
+        isinstance(exc, DatabaseError) and cause is not None and "connection" in str(cause).lower()
+    )
 
 
 class DatabaseUnavailableMiddleware:

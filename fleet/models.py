@@ -45,7 +45,9 @@ class Agent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["fleet", "name"], name="agent_name_per_fleet")]
+        constraints = [
+            models.UniqueConstraint(fields=["fleet", "name"], name="agent_name_per_fleet")
+        ]
 
     def __str__(self) -> str:
         return f"{self.fleet.name}/{self.name}"
@@ -122,11 +124,15 @@ class VerificationSource(models.Model):
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="sources")
     kind = models.CharField(max_length=20, choices=Kind.choices)
     name = models.CharField(max_length=100)
-    value = models.CharField(max_length=1000, help_text="A DSN, a directory, a host name or a command line.")
+    value = models.CharField(
+        max_length=1000, help_text="A DSN, a directory, a host name or a command line."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["fleet", "kind", "name"], name="source_per_fleet")]
+        constraints = [
+            models.UniqueConstraint(fields=["fleet", "kind", "name"], name="source_per_fleet")
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
@@ -137,12 +143,16 @@ class Membership(models.Model):
         REVIEWER = "reviewer"
         MANAGER = "manager"
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=20, choices=Role.choices)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "fleet"], name="one_membership_per_fleet")]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "fleet"], name="one_membership_per_fleet")
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} {self.role} of {self.fleet}"

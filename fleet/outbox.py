@@ -25,7 +25,9 @@ EVENT_TYPES = (
 )
 
 
-def notify(fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None) -> Delivery | None:
+def notify(
+    fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None
+) -> Delivery | None:
     """Record a notification for the fleet's callback; nothing to record without one."""
     assert type in EVENT_TYPES, type
     if not fleet.callback_url or fleet.callback_disabled_at:

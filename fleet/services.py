@@ -6,10 +6,17 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.utils import timezone
 
 from fleet.events import CapabilityChanged, Invalid, error
-from fleet.models import Agent, ApiToken, Capability, Fleet, Membership, SigningKey, VerificationSource
+from fleet.models import (
+    Agent,
+    ApiToken,
+    Capability,
+    Fleet,
+    Membership,
+    SigningKey,
+    VerificationSource,
+)
 
 
 def capability_change(
@@ -23,7 +30,9 @@ def capability_change(
     if role is not None and capability.role != role:
         holder = Capability.objects.filter(fleet=fleet, role=role).exclude(pk=capability.pk).first()
         if holder is not None:
-            raise Invalid([error("data.role", f"the fleet's {role} capability is already {holder.name!r}")])
+            raise Invalid(
+                [error("data.role", f"the fleet's {role} capability is already {holder.name!r}")]
+            )
         capability.role = role
         changed = True
     capability.status = status
@@ -66,7 +75,9 @@ def agent_create(
     """A new agent with one signing key and one API token; returns both secrets (shown once)."""
     if Agent.objects.filter(fleet=fleet, name=name).exists():
         raise ValueError(f"agent {name!r} already exists in fleet {fleet.name!r}")
-    agent = Agent.objects.create(fleet=fleet, name=name, role=role, is_orchestrator=orchestrator, is_tool=tool)
+    agent = Agent.objects.create(
+        fleet=fleet, name=name, role=role, is_orchestrator=orchestrator, is_tool=tool
+    )
     key = SigningKey.objects.create(agent=agent)
     _, token = ApiToken.issue(agent)
     return agent, key.secret, token
@@ -93,5 +104,3 @@ def source_add(*, fleet: Fleet, kind: str, name: str, value: str) -> Verificatio
         fleet=fleet, kind=kind, name=name, defaults={"value": value}
     )
     return source
-
-

@@ -103,7 +103,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHE_URL = os.environ.get("CACHE_URL", "")
 if CACHE_URL.startswith("redis"):
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -183,7 +185,9 @@ if CELERY_BROKER_URL.startswith("filesystem"):
 else:
     # Longer than any countdown we schedule, so Redis does not redeliver a delayed retry early;
     # the reconciler covers what a lost message stood for.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("BROKER_VISIBILITY_TIMEOUT", "7200")}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": envint("BROKER_VISIBILITY_TIMEOUT", "7200")
+    }
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -17,7 +17,11 @@ def sign(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> dict[str, 
     """The three headers for a body signed with one secret."""
     moment = datetime.fromtimestamp(timestamp, tz=UTC)
     signature = Webhook(secret).sign(msg_id=msg_id, timestamp=moment, data=body.decode())
-    return {"webhook-id": msg_id, "webhook-timestamp": str(timestamp), "webhook-signature": signature}
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature,
+    }
 
 
 def verify(secrets: Iterable[str], *, headers: Mapping[str, str], body: bytes) -> None:

@@ -39,4 +39,3 @@ def reconcile() -> dict[str, int]:
 
     counts = work.reenqueue(now=now)
     return {"runs": len(runs), "deliveries": len(due), **counts}
-

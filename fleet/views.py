@@ -59,7 +59,9 @@ def readyz(request: HttpRequest) -> HttpResponse:
     except Exception as exc:  # noqa: BLE001 - any broker failure means not ready
         checks["broker"] = f"unavailable: {exc.__class__.__name__}"
     ok = all(value == "ok" for value in checks.values())
-    response = JsonResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503)
+    response = JsonResponse(
+        {"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503
+    )
     if not ok:
         response["Retry-After"] = str(settings.DATABASE_RETRY_AFTER_SECONDS)
     return response

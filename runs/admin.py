@@ -50,7 +50,16 @@ class BlockerInline(admin.TabularInline):
 class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
-    fields = ("number", "agent", "outcome", "failure_kind", "failure_signature", "reframed", "rerouted", "resumed")
+    fields = (
+        "number",
+        "agent",
+        "outcome",
+        "failure_kind",
+        "failure_signature",
+        "reframed",
+        "rerouted",
+        "resumed",
+    )
     readonly_fields = fields
 
 
@@ -72,7 +81,15 @@ class TaskAdmin(admin.ModelAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(admin.ModelAdmin):
-    list_display = ("task", "number", "agent", "outcome", "failure_kind", "started_at", "finished_at")
+    list_display = (
+        "task",
+        "number",
+        "agent",
+        "outcome",
+        "failure_kind",
+        "started_at",
+        "finished_at",
+    )
     list_filter = ("outcome", "failure_kind")
     raw_id_fields = ("task", "agent")
 
@@ -87,7 +104,9 @@ def verify_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-de
     from runs.claims import check_by_hand
 
     for claim in queryset:
-        check_by_hand(claim=claim, reviewer=request.user, verdict="verified", note="verified in the admin")
+        check_by_hand(
+            claim=claim, reviewer=request.user, verdict="verified", note="verified in the admin"
+        )
 
 
 @admin.action(description="Refute by hand (recorded as a reviewer's human answer)")
@@ -95,7 +114,9 @@ def refute_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-de
     from runs.claims import check_by_hand
 
     for claim in queryset:
-        check_by_hand(claim=claim, reviewer=request.user, verdict="refuted", note="refuted in the admin")
+        check_by_hand(
+            claim=claim, reviewer=request.user, verdict="refuted", note="refuted in the admin"
+        )
 
 
 @admin.register(Claim)

@@ -20,7 +20,9 @@ def get_run(request: HttpRequest, key: str) -> Run:
     return run
 
 
-@router.get("/runs/{run}", summary="A run: tasks with state and blockers, claims, decisions, progress")
+@router.get(
+    "/runs/{run}", summary="A run: tasks with state and blockers, claims, decisions, progress"
+)
 def run_detail(request: HttpRequest, run: str) -> dict[str, Any]:
     return selectors.run_detail(get_run(request, run))
 
@@ -31,13 +33,19 @@ def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
     return {
         "policy": result.policy,
         "ready": list(result.ready),
-        "deferred": [{"task": key, "blockers": list(b)} for key, b in sorted(result.deferred.items())],
+        "deferred": [
+            {"task": key, "blockers": list(b)} for key, b in sorted(result.deferred.items())
+        ],
     }
 
 
 @router.get("/runs/{run}/tasks/{task}/context", summary="Ground truth for the task's next attempt")
 def task_context(request: HttpRequest, run: str, task: str) -> dict[str, Any]:
-    found = Task.objects.filter(run=get_run(request, run), key=task).select_related("run", "agent").first()
+    found = (
+        Task.objects.filter(run=get_run(request, run), key=task)
+        .select_related("run", "agent")
+        .first()
+    )
     if found is None:
         raise HttpError(404, f"no task {task!r} in run {run!r}")
     return context.next_attempt(found)

@@ -33,5 +33,7 @@ def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Cl
     claim.checked_by = f"reviewer:{reviewer.get_username()}"
     claim.verification_pending = False
     claim.save()
-    scheduler.mark_changed(claim.run, [t.key for t in claim.run.tasks.all() if claim.key in t.consumes])
+    scheduler.mark_changed(
+        claim.run, [t.key for t in claim.run.tasks.all() if claim.key in t.consumes]
+    )
     return claim

@@ -25,7 +25,9 @@ def check_graph(
             errors.append(GraphError(f"{loc}.{i}.key", f"task {key!r} already exists in the run"))
         elif key in seen:
             errors.append(
-                GraphError(f"{loc}.{i}.key", f"duplicate task key {key!r} (also at {loc}.{seen[key]})")
+                GraphError(
+                    f"{loc}.{i}.key", f"duplicate task key {key!r} (also at {loc}.{seen[key]})"
+                )
             )
         else:
             seen[key] = i
@@ -34,10 +36,14 @@ def check_graph(
         for j, prerequisite in enumerate(prerequisites):
             if prerequisite not in known:
                 errors.append(
-                    GraphError(f"{loc}.{i}.prerequisites.{j}", f"unknown prerequisite {prerequisite!r}")
+                    GraphError(
+                        f"{loc}.{i}.prerequisites.{j}", f"unknown prerequisite {prerequisite!r}"
+                    )
                 )
             elif prerequisite == key:
-                errors.append(GraphError(f"{loc}.{i}.prerequisites.{j}", f"task {key!r} requires itself"))
+                errors.append(
+                    GraphError(f"{loc}.{i}.prerequisites.{j}", f"task {key!r} requires itself")
+                )
     if errors:
         return errors
     edges = {key: tuple(prerequisites) for key, prerequisites in new}

@@ -120,7 +120,9 @@ class Attempt(models.Model):
     resumed = models.BooleanField(default=False)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["task", "number"], name="attempt_number_per_task")]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "number"], name="attempt_number_per_task")
+        ]
         ordering = ["task", "number"]
 
 
@@ -202,7 +204,9 @@ class Blocker(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(fields=["task"], condition=Q(cleared_at__isnull=True), name="open_blockers"),
+            models.Index(
+                fields=["task"], condition=Q(cleared_at__isnull=True), name="open_blockers"
+            ),
         ]
 
 
@@ -233,7 +237,9 @@ class Decision(models.Model):
         ordering = ["created_at", "id"]
         indexes = [
             models.Index(
-                fields=["not_before"], condition=Q(acted_at__isnull=True), name="decisions_to_act_on"
+                fields=["not_before"],
+                condition=Q(acted_at__isnull=True),
+                name="decisions_to_act_on",
             )
         ]
 
@@ -242,7 +248,9 @@ class ProgressLine(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="progress_lines")
     task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.SET_NULL)
     text = models.TextField()
-    killed = models.JSONField(default=list, blank=True, help_text="Background work that was killed.")
+    killed = models.JSONField(
+        default=list, blank=True, help_text="Background work that was killed."
+    )
     created_at = models.DateTimeField()
 
     class Meta:

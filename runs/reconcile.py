@@ -8,7 +8,9 @@ def reenqueue(*, now: datetime) -> dict[str, int]:
     from runs.models import Claim
     from runs.tasks import verify_claim
 
-    pending = list(Claim.objects.filter(verification_pending=True).values_list("pk", flat=True)[:500])
+    pending = list(
+        Claim.objects.filter(verification_pending=True).values_list("pk", flat=True)[:500]
+    )
     for claim_id in pending:
         verify_claim.delay(claim_id)
     return {"verifications": len(pending)}

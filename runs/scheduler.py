@@ -18,14 +18,18 @@ HARD = ("capability:", "barrier:", "claim:", "escalation:", "halt:")
 def world_for(run: Run) -> rule.World:
     from escalations.models import Escalation
 
-    capabilities = list(Capability.objects.filter(fleet_id=run.fleet_id).values_list("name", "status", "role"))
+    capabilities = list(
+        Capability.objects.filter(fleet_id=run.fleet_id).values_list("name", "status", "role")
+    )
     escalations: dict[str, list[str]] = {}
-    for key, pk in Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).values_list(
-        "task__key", "pk"
-    ):
+    for key, pk in Escalation.objects.filter(
+        run=run, status__in=Escalation.OPEN_STATES
+    ).values_list("task__key", "pk"):
         escalations.setdefault(key, []).append(str(pk))
     return rule.World(
-        down=frozenset(name for name, status, _ in capabilities if status == Capability.Status.DOWN),
+        down=frozenset(
+            name for name, status, _ in capabilities if status == Capability.Status.DOWN
+        ),
         roles={role: name for name, _, role in capabilities if role},
         claims={
             key: rule.ClaimView(status=status, load_bearing=load_bearing)
@@ -38,9 +42,13 @@ def world_for(run: Run) -> rule.World:
     )
 
 
-def nodes_for(run: Run, *, extra_consumes: dict[str, Sequence[str]] | None = None) -> dict[str, rule.TaskNode]:
+def nodes_for(
+    run: Run, *, extra_consumes: dict[str, Sequence[str]] | None = None
+) -> dict[str, rule.TaskNode]:
     edges: dict[int, list[str]] = {}
-    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list("task_id", "requires__key"):
+    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
+        "task_id", "requires__key"
+    ):
         edges.setdefault(task_id, []).append(key)
     extra = extra_consumes or {}
     nodes = {}
@@ -99,11 +107,15 @@ def open_blockers(run: Run) -> dict[str, tuple[str, ...]]:
     ):
         stored.setdefault(key, []).append(code)
     pending = Task.objects.filter(run=run, state=Task.State.PENDING).values_list("key", "ready")
-    return {key: tuple(sorted(stored.get(key, ()))) for key, ready in pending if ready or key in stored}
+    return {
+        key: tuple(sorted(stored.get(key, ()))) for key, ready in pending if ready or key in stored
+    }
 
 
 @transaction.atomic
-def recompute(run_id: int, changed: Sequence[str] | None = None, capability: str | None = None) -> dict[str, tuple[str, ...]]:
+def recompute(
+    run_id: int, changed: Sequence[str] | None = None, capability: str | None = None
+) -> dict[str, tuple[str, ...]]:
     """Bring the stored frontier of a run up to date; returns the tasks whose blockers changed.
 
     `changed` None means recompute everything (the reconciler's path).
@@ -130,11 +142,14 @@ def write(run: Run, updates: dict[str, tuple[str, ...]]) -> None:
     if not updates:
         return
     now = timezone.now()
-    tasks = {t.key: t for t in Task.objects.filter(run=run, key__in=list(updates)).select_related("agent")}
+    tasks = {
+        t.key: t
+        for t in Task.objects.filter(run=run, key__in=list(updates)).select_related("agent")
+    }
     open_rows: dict[int, dict[str, int]] = {}
-    for pk, task_id, code in Blocker.objects.filter(task__in=tasks.values(), cleared_at__isnull=True).values_list(
-        "pk", "task_id", "code"
-    ):
+    for pk, task_id, code in Blocker.objects.filter(
+        task__in=tasks.values(), cleared_at__isnull=True
+    ).values_list("pk", "task_id", "code"):
         open_rows.setdefault(task_id, {})[code] = pk
     to_clear: list[int] = []
     to_add: list[Blocker] = []
@@ -144,7 +159,9 @@ def write(run: Run, updates: dict[str, tuple[str, ...]]) -> None:
         task = tasks[key]
         current = open_rows.get(task.pk, {})
         to_clear += [pk for code, pk in current.items() if code not in blockers]
-        to_add += [Blocker(task=task, code=code, set_at=now) for code in blockers if code not in current]
+        to_add += [
+            Blocker(task=task, code=code, set_at=now) for code in blockers if code not in current
+        ]
         if not blockers and not task.ready:
             became_ready.append(task.pk)
         elif blockers and task.ready:
@@ -177,7 +194,9 @@ def attempt_flags(task: Task, number: int) -> dict[str, Any]:
     if number == 1:
         return {}
     decision = (
-        Decision.objects.filter(task=task, attempt__number=number - 1).order_by("-created_at", "-id").first()
+        Decision.objects.filter(task=task, attempt__number=number - 1)
+        .order_by("-created_at", "-id")
+        .first()
     )
     if decision is None:
         return {}
@@ -201,6 +220,10 @@ def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> N
 def settle(run: Run) -> None:
     """A run whose every task succeeded (or was cancelled) has succeeded."""
     states = set(Task.objects.filter(run=run).values_list("state", flat=True))
-    if run.state == Run.State.RUNNING and states and states <= {Task.State.SUCCEEDED, Task.State.CANCELLED}:
+    if (
+        run.state == Run.State.RUNNING
+        and states
+        and states <= {Task.State.SUCCEEDED, Task.State.CANCELLED}
+    ):
         Run.objects.filter(pk=run.pk).update(state=Run.State.SUCCEEDED, finished_at=timezone.now())
         notify(run.fleet, "run.succeeded", {"run": run.key})

@@ -18,7 +18,9 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
     ):
         blockers.setdefault(task_id, []).append(code)
     edges: dict[int, list[str]] = {}
-    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list("task_id", "requires__key"):
+    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
+        "task_id", "requires__key"
+    ):
         edges.setdefault(task_id, []).append(key)
     return [
         {

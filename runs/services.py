@@ -93,7 +93,10 @@ def add_tasks(context: Context, run: Run, specs: Sequence[TaskIn]) -> list[Task]
     known = set(Capability.objects.filter(fleet_id=fleet_id).values_list("name", flat=True))
     needed = {name for s in specs for name in (*s.capabilities, *s.reads_state_of)} - known
     Capability.objects.bulk_create(
-        [Capability(fleet_id=fleet_id, name=name, changed_at=context.at) for name in sorted(needed)],
+        [
+            Capability(fleet_id=fleet_id, name=name, changed_at=context.at)
+            for name in sorted(needed)
+        ],
         ignore_conflicts=True,
     )
     start = (Task.objects.filter(run=run).aggregate(m=Max("position"))["m"] or 0) + 1
@@ -136,7 +139,9 @@ def run_start(context: Context, data: RunStarted) -> dict[str, Any]:
     if existing is not None:
         if stored_digest(existing) == graph_digest(data.tasks):
             return {"run": existing.key, "created": False}
-        raise Invalid([error("data.tasks", f"run {data.run!r} was already declared with other tasks")], 409)
+        raise Invalid(
+            [error("data.tasks", f"run {data.run!r} was already declared with other tasks")], 409
+        )
     run = Run.objects.create(
         fleet_id=context.sender.fleet_id,
         key=data.run,
@@ -154,7 +159,9 @@ def run_start(context: Context, data: RunStarted) -> dict[str, Any]:
 def stored_digest(run: Run) -> str:
     tasks = list(Task.objects.filter(run=run).select_related("agent").order_by("position"))
     edges: dict[int, list[str]] = {}
-    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list("task_id", "requires__key"):
+    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
+        "task_id", "requires__key"
+    ):
         edges.setdefault(task_id, []).append(key)
     return graph_digest([stored_task_spec(t, edges.get(t.pk, []), t.agent.name) for t in tasks])
 
@@ -227,7 +234,9 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
     run = run_for(context, data.run, lock=True)
     task = task_for(run, data.task)
     if Claim.objects.filter(run=run, key=data.claim.key).exists():
-        raise Invalid([error("data.claim.key", f"claim {data.claim.key!r} was already posted")], 409)
+        raise Invalid(
+            [error("data.claim.key", f"claim {data.claim.key!r} was already posted")], 409
+        )
     claim = Claim.objects.create(
         run=run,
         task=task,
@@ -245,7 +254,13 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
         claim.status_reason = "waiting for a verifier"
     claim.save(update_fields=["status_reason", "verification_pending"])
     if data.claim.evidence is not None:
-        evidence_row(claim, data.claim.evidence, role="posted", by=f"agent:{context.actor.name}", at=context.at)
+        evidence_row(
+            claim,
+            data.claim.evidence,
+            role="posted",
+            by=f"agent:{context.actor.name}",
+            at=context.at,
+        )
     # Tasks already running that declared this claim consumed it from its first moment.
     for consumer in Task.objects.filter(run=run, state=Task.State.RUNNING).exclude(pk=task.pk):
         if claim.key in consumer.consumes:
@@ -257,7 +272,9 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
 
 
 def consumers_of(run: Run, key: str) -> list[str]:
-    return [t.key for t in Task.objects.filter(run=run).only("key", "consumes") if key in t.consumes]
+    return [
+        t.key for t in Task.objects.filter(run=run).only("key", "consumes") if key in t.consumes
+    ]
 
 
 def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
@@ -275,11 +292,18 @@ def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
                 )
             ]
         )
-    evidence_row(claim, data.evidence, role="check", by=f"agent:{context.actor.name}", at=context.at)
+    evidence_row(
+        claim, data.evidence, role="check", by=f"agent:{context.actor.name}", at=context.at
+    )
     claim.verification_pending = True
     claim.save(update_fields=["verification_pending"])
     scheduler.verify_after_commit(claim)
-    return {"run": run.key, "claim": claim.key, "status": claim.status, "verdict": "pending verification"}
+    return {
+        "run": run.key,
+        "claim": claim.key,
+        "status": claim.status,
+        "verdict": "pending verification",
+    }
 
 
 def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
@@ -292,7 +316,12 @@ def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
         if not context.imported:
             raise Invalid([error("data.task", f"task {task.key!r} has no attempt")], 409)
         attempt = Attempt.objects.create(
-            task=task, number=1, agent=context.actor, prompt_hash="", context_hash="", started_at=context.at
+            task=task,
+            number=1,
+            agent=context.actor,
+            prompt_hash="",
+            context_hash="",
+            started_at=context.at,
         )
     attempt.finished_at = context.at
     attempt.outcome = data.outcome
@@ -305,7 +334,10 @@ def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
         attempt.failure_capability = data.failure.capability or ""
     attempt.save()
     Artifact.objects.bulk_create(
-        [Artifact(task=task, kind=a.kind, ref=a.ref, url=a.url or "", created_at=context.at) for a in data.artifacts]
+        [
+            Artifact(task=task, kind=a.kind, ref=a.ref, url=a.url or "", created_at=context.at)
+            for a in data.artifacts
+        ]
     )
     task.state = Task.State.SUCCEEDED if data.outcome == "succeeded" else Task.State.FAILED
     task.finished_at = context.at

@@ -71,7 +71,14 @@ class Sender:
         envelope = {"type": type, "timestamp": timestamp or "2026-12-02T10:00:00Z", "data": data}
         return json.dumps(envelope).encode()
 
-    def headers(self, body: bytes, *, webhook_id: str | None = None, stamp: int | None = None, secret: str | None = None) -> dict[str, str]:
+    def headers(
+        self,
+        body: bytes,
+        *,
+        webhook_id: str | None = None,
+        stamp: int | None = None,
+        secret: str | None = None,
+    ) -> dict[str, str]:
         return signing.sign(
             secret or self.secret,
             msg_id=webhook_id or f"msg_{uuid.uuid4().hex}",
@@ -79,13 +86,22 @@ class Sender:
             body=body,
         )
 
-    def post_raw(self, body: bytes, headers: dict[str, str], content_type: str = "application/json") -> Any:
+    def post_raw(
+        self, body: bytes, headers: dict[str, str], content_type: str = "application/json"
+    ) -> Any:
         extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
         # In a test transaction nothing commits: run the after-commit work as a commit would.
         with TestCase.captureOnCommitCallbacks(execute=True):
             return self.client.generic("POST", self.path, body, content_type=content_type, **extra)
 
-    def post(self, type: str, data: dict[str, Any], *, webhook_id: str | None = None, timestamp: str | None = None) -> Any:
+    def post(
+        self,
+        type: str,
+        data: dict[str, Any],
+        *,
+        webhook_id: str | None = None,
+        timestamp: str | None = None,
+    ) -> Any:
         body = self.body(type, data, timestamp)
         return self.post_raw(body, self.headers(body, webhook_id=webhook_id))
 

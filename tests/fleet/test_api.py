@@ -23,7 +23,10 @@ def get(client, path: str, token: str | None):
 
 def test_a_posted_run_reads_back_with_its_tasks_and_states(client, planner, coder, token):
     tasks = [task(f"t{i}", prerequisites=[f"t{i - 1}"] if i else []) for i in range(20)]
-    assert planner.post("run.started", {"run": "r1", "title": "Twenty", "tasks": tasks}).status_code == 202
+    assert (
+        planner.post("run.started", {"run": "r1", "title": "Twenty", "tasks": tasks}).status_code
+        == 202
+    )
     response = get(client, "/api/v1/runs/r1", token)
     assert response.status_code == 200
     body = response.json()
@@ -35,9 +38,15 @@ def test_a_posted_run_reads_back_with_its_tasks_and_states(client, planner, code
 
 
 def test_the_frontier_lists_ready_and_deferred_tasks(client, planner, coder, token):
-    tasks = [task("local"), task("push", capabilities=["forge"]), task("after", prerequisites=["push"])]
+    tasks = [
+        task("local"),
+        task("push", capabilities=["forge"]),
+        task("after", prerequisites=["push"]),
+    ]
     planner.post("run.started", {"run": "r1", "tasks": tasks})
-    planner.post("capability.changed", {"capability": "forge", "status": "down", "reason": "outage"})
+    planner.post(
+        "capability.changed", {"capability": "forge", "status": "down", "reason": "outage"}
+    )
     body = get(client, "/api/v1/runs/r1/frontier", token).json()
     assert body == {
         "policy": "scoped",

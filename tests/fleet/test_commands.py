@@ -20,7 +20,9 @@ def run_command(*args: str) -> dict:
 
 
 def test_fleet_create_prints_the_fleet_and_its_callback_secret():
-    printed = run_command("fleet_create", "acme", "--callback-url", "https://hooks.example.com/bulkhead")
+    printed = run_command(
+        "fleet_create", "acme", "--callback-url", "https://hooks.example.com/bulkhead"
+    )
     assert printed["fleet"] == "acme"
     assert printed["callback_secret"].startswith("whsec_")
     assert Fleet.objects.get(name="acme").callback_url == "https://hooks.example.com/bulkhead"

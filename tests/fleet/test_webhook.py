@@ -47,7 +47,11 @@ def auth_failures(sender: Sender):
     good = sender.headers(body)
     revoked = SigningKey.objects.create(agent=sender.agent, active=False)
     yield "wrong secret", sender.headers(body, secret="whsec_" + "B" * 32), sender.path
-    yield "missing signature", {k: v for k, v in good.items() if k != "webhook-signature"}, sender.path
+    yield (
+        "missing signature",
+        {k: v for k, v in good.items() if k != "webhook-signature"},
+        sender.path,
+    )
     yield "garbled signature", {**good, "webhook-signature": "garbage"}, sender.path
     yield "old timestamp", sender.headers(body, stamp=int(time.time()) - 301), sender.path
     yield "future timestamp", sender.headers(body, stamp=int(time.time()) + 301), sender.path
@@ -159,7 +163,12 @@ def test_an_unknown_agent_in_a_task_is_named(planner):
 
 
 def test_a_cycle_is_refused_naming_its_tasks(planner, coder):
-    tasks = [task("a", prerequisites=["c"]), task("b", prerequisites=["a"]), task("c", prerequisites=["b"]), task("d")]
+    tasks = [
+        task("a", prerequisites=["c"]),
+        task("b", prerequisites=["a"]),
+        task("c", prerequisites=["b"]),
+        task("d"),
+    ]
     errors = errors_of(start(planner, tasks=tasks))
     (msg,) = errors.values()
     assert msg.startswith("cycle: ")
@@ -175,7 +184,8 @@ def test_a_nul_byte_anywhere_is_named(planner, coder):
 def test_an_unknown_task_is_named(planner, coder):
     start(planner)
     response = coder.post(
-        "task.started", {"run": "r1", "task": "zzz", "attempt": {"prompt_hash": "p", "context_hash": "c"}}
+        "task.started",
+        {"run": "r1", "task": "zzz", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
     )
     assert errors_of(response) == {"data.task": "unknown task 'zzz' in run 'r1'"}
 
@@ -183,7 +193,9 @@ def test_an_unknown_task_is_named(planner, coder):
 def test_a_packet_with_a_missing_or_unknown_field_names_each(planner, coder):
     start(planner)
     packet = {"task": "a", "tried": ["x"], "evidence": ["y"], "transcript": "..."}
-    errors = errors_of(planner.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet}))
+    errors = errors_of(
+        planner.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet})
+    )
     assert "data.packet.transcript" in errors
     assert "data.packet.smallest_unblocking_question" in errors
 
@@ -219,7 +231,9 @@ def test_an_agent_over_its_rate_is_429_with_retry_after(planner, coder, settings
     assert response.status_code == 429
     assert int(response["Retry-After"]) >= 1
     # Another agent has its own budget.
-    assert coder.post("capability.changed", {"capability": "forge", "status": "up"}).status_code == 202
+    assert (
+        coder.post("capability.changed", {"capability": "forge", "status": "up"}).status_code == 202
+    )
 
 
 def test_an_agent_cannot_act_outside_its_fleet(client, planner, coder):
@@ -227,7 +241,8 @@ def test_an_agent_cannot_act_outside_its_fleet(client, planner, coder):
     other_fleet = services.fleet_create(name="other")
     stranger = make_sender(client, other_fleet, "stranger")
     response = stranger.post(
-        "task.started", {"run": "r1", "task": "a", "attempt": {"prompt_hash": "p", "context_hash": "c"}}
+        "task.started",
+        {"run": "r1", "task": "a", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
     )
     assert errors_of(response) == {"data.run": "unknown run 'r1'"}
     stranger_in_tasks = start(stranger, run="r9", tasks=[task("a", agent="coder")])
@@ -238,13 +253,23 @@ def test_only_an_orchestrator_may_act_as_another_agent(planner, coder):
     start(planner)
     as_planner = coder.post(
         "task.started",
-        {"run": "r1", "task": "a", "agent": "planner", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
+        {
+            "run": "r1",
+            "task": "a",
+            "agent": "planner",
+            "attempt": {"prompt_hash": "p", "context_hash": "c"},
+        },
     )
     assert as_planner.status_code == 403
     assert as_planner.json()["errors"][0]["loc"] == "data.agent"
     by_orchestrator = planner.post(
         "task.started",
-        {"run": "r1", "task": "a", "agent": "coder", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
+        {
+            "run": "r1",
+            "task": "a",
+            "agent": "coder",
+            "attempt": {"prompt_hash": "p", "context_hash": "c"},
+        },
     )
     assert by_orchestrator.status_code == 202
     assert Task.objects.get(key="a").attempts.get().agent == coder.agent
@@ -253,7 +278,8 @@ def test_only_an_orchestrator_may_act_as_another_agent(planner, coder):
 def test_a_task_outside_the_frontier_may_not_start(planner, coder):
     start(planner)
     response = coder.post(
-        "task.started", {"run": "r1", "task": "b", "attempt": {"prompt_hash": "p", "context_hash": "c"}}
+        "task.started",
+        {"run": "r1", "task": "b", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
     )
     assert response.status_code == 409
     assert {"loc": "blockers", "msg": "prerequisite:a"} in response.json()["errors"]
@@ -263,17 +289,34 @@ def test_a_task_outside_the_frontier_may_not_start(planner, coder):
 def test_a_run_moves_through_start_and_finish(planner, coder):
     start(planner)
     attempt = {"prompt_hash": "p", "context_hash": "c"}
-    assert coder.post("task.started", {"run": "r1", "task": "a", "attempt": attempt}).status_code == 202
+    assert (
+        coder.post("task.started", {"run": "r1", "task": "a", "attempt": attempt}).status_code
+        == 202
+    )
     finished = coder.post("task.finished", {"run": "r1", "task": "a", "outcome": "succeeded"})
     assert finished.status_code == 202
-    assert coder.post("task.started", {"run": "r1", "task": "b", "attempt": attempt}).status_code == 202
-    coder.post("task.finished", {"run": "r1", "task": "b", "outcome": "succeeded", "artifacts": [{"kind": "pr", "ref": "#1"}]})
+    assert (
+        coder.post("task.started", {"run": "r1", "task": "b", "attempt": attempt}).status_code
+        == 202
+    )
+    coder.post(
+        "task.finished",
+        {
+            "run": "r1",
+            "task": "b",
+            "outcome": "succeeded",
+            "artifacts": [{"kind": "pr", "ref": "#1"}],
+        },
+    )
     assert Run.objects.get(key="r1").state == "succeeded"
 
 
 def test_a_failed_outcome_needs_its_failure(planner, coder):
     start(planner)
-    coder.post("task.started", {"run": "r1", "task": "a", "attempt": {"prompt_hash": "p", "context_hash": "c"}})
+    coder.post(
+        "task.started",
+        {"run": "r1", "task": "a", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
+    )
     errors = errors_of(coder.post("task.finished", {"run": "r1", "task": "a", "outcome": "failed"}))
     assert errors == {"data.failure": "required when outcome is failed"}
 

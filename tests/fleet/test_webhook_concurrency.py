@@ -15,7 +15,9 @@ from tests.conftest import task
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_twenty_simultaneous_copies_apply_once_and_get_the_first_response(planner, coder):
-    body = planner.body("run.started", {"run": "r1", "tasks": [task("a"), task("b", prerequisites=["a"])]})
+    body = planner.body(
+        "run.started", {"run": "r1", "tasks": [task("a"), task("b", prerequisites=["a"])]}
+    )
     headers = planner.headers(body, webhook_id="msg_twenty")
     barrier = threading.Barrier(20)
     responses: list = []
@@ -25,7 +27,9 @@ def test_twenty_simultaneous_copies_apply_once_and_get_the_first_response(planne
         client = Client()
         extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
         barrier.wait()
-        response = client.generic("POST", planner.path, body, content_type="application/json", **extra)
+        response = client.generic(
+            "POST", planner.path, body, content_type="application/json", **extra
+        )
         with lock:
             responses.append((response.status_code, response.json()))
         connection.close()
@@ -58,7 +62,9 @@ def test_simultaneous_different_ids_for_one_run_leave_one_run(planner, coder):
             for k, v in planner.headers(body, webhook_id=f"msg_{i}").items()
         }
         barrier.wait()
-        response = client.generic("POST", planner.path, body, content_type="application/json", **extra)
+        response = client.generic(
+            "POST", planner.path, body, content_type="application/json", **extra
+        )
         statuses.append(response.status_code)
         connection.close()
 

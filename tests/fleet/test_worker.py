@@ -10,9 +10,18 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_real_worker_recomputes_the_frontier_after_commit(worker, planner, coder):
-    planner.post("run.started", {"run": "r1", "tasks": [task("local"), task("push", capabilities=["forge"])]})
-    assert planner.post("capability.changed", {"capability": "forge", "status": "down"}).status_code == 202
-    eventually(lambda: Blocker.objects.filter(task__key="push", code="capability:forge", cleared_at=None).exists())
+    planner.post(
+        "run.started", {"run": "r1", "tasks": [task("local"), task("push", capabilities=["forge"])]}
+    )
+    assert (
+        planner.post("capability.changed", {"capability": "forge", "status": "down"}).status_code
+        == 202
+    )
+    eventually(
+        lambda: Blocker.objects.filter(
+            task__key="push", code="capability:forge", cleared_at=None
+        ).exists()
+    )
     run = Run.objects.get(key="r1")
     eventually(lambda: Run.objects.get(pk=run.pk).frontier_computed_version == run.frontier_version)
 
@@ -30,4 +39,8 @@ def test_the_reconciler_recovers_work_whose_message_was_lost(worker, planner, co
     Run.objects.filter(pk=run.pk).update(frontier_version=F("frontier_version") + 1)
     assert not Blocker.objects.filter(code="capability:forge").exists()
     reconcile.delay()
-    eventually(lambda: Blocker.objects.filter(task__key="push", code="capability:forge", cleared_at=None).exists())
+    eventually(
+        lambda: Blocker.objects.filter(
+            task__key="push", code="capability:forge", cleared_at=None
+        ).exists()
+    )

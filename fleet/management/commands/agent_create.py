@@ -18,7 +18,9 @@ class Command(BaseCommand):
         parser.add_argument("--orchestrator", action="store_true")
         parser.add_argument("--tool", action="store_true", help="a deterministic tool for its role")
 
-    def handle(self, *args, fleet: str, name: str, role: str, orchestrator: bool, tool: bool, **options):  # type: ignore[no-untyped-def]
+    def handle(
+        self, *args, fleet: str, name: str, role: str, orchestrator: bool, tool: bool, **options
+    ):  # type: ignore[no-untyped-def]
         try:
             agent, secret, token = services.agent_create(
                 fleet=fleet_named(fleet), name=name, role=role, orchestrator=orchestrator, tool=tool

@@ -17,4 +17,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, username: str, fleet: str, role: str, **options):  # type: ignore[no-untyped-def]
         user, password = services.member_add(username=username, fleet=fleet_named(fleet), role=role)
-        emit(self, {"username": user.get_username(), "fleet": fleet, "role": role, "password": password})
+        emit(
+            self,
+            {"username": user.get_username(), "fleet": fleet, "role": role, "password": password},
+        )

@@ -18,4 +18,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, fleet: str, kind: str, name: str, value: str, **options):  # type: ignore[no-untyped-def]
         source = services.source_add(fleet=fleet_named(fleet), kind=kind, name=name, value=value)
-        emit(self, {"fleet": fleet, "kind": source.kind, "name": source.name, "value": source.value})
+        emit(
+            self, {"fleet": fleet, "kind": source.kind, "name": source.name, "value": source.value}
+        )
