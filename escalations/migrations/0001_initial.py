@@ -6,74 +6,173 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0001_initial'),
-        ('runs', '0001_initial'),
+        ("fleet", "0001_initial"),
+        ("runs", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Escalation',
+            name="Escalation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('open', 'Open'), ('claimed', 'Claimed'), ('answered', 'Answered'), ('returned', 'Returned'), ('closed', 'Closed')], default='open', max_length=10)),
-                ('reason', models.TextField(blank=True, help_text='Why the work was escalated.')),
-                ('attempt_number', models.PositiveIntegerField(default=0)),
-                ('opened_at', models.DateTimeField()),
-                ('claim_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('first_looked_at', models.DateTimeField(blank=True, null=True)),
-                ('packet_opened_at', models.DateTimeField(blank=True, null=True)),
-                ('acted_at', models.DateTimeField(blank=True, null=True)),
-                ('returned_reason', models.TextField(blank=True)),
-                ('closed_at', models.DateTimeField(blank=True, null=True)),
-                ('claimed_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('fleet', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='escalations', to='fleet.fleet')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='escalations', to='runs.run')),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='escalations', to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open"),
+                            ("claimed", "Claimed"),
+                            ("answered", "Answered"),
+                            ("returned", "Returned"),
+                            ("closed", "Closed"),
+                        ],
+                        default="open",
+                        max_length=10,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True, help_text="Why the work was escalated.")),
+                ("attempt_number", models.PositiveIntegerField(default=0)),
+                ("opened_at", models.DateTimeField()),
+                ("claim_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("first_looked_at", models.DateTimeField(blank=True, null=True)),
+                ("packet_opened_at", models.DateTimeField(blank=True, null=True)),
+                ("acted_at", models.DateTimeField(blank=True, null=True)),
+                ("returned_reason", models.TextField(blank=True)),
+                ("closed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "claimed_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "fleet",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="escalations",
+                        to="fleet.fleet",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="escalations",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="escalations",
+                        to="runs.task",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Answer',
+            name="Answer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('text', models.TextField()),
-                ('option', models.CharField(blank=True, max_length=500)),
-                ('answered_at', models.DateTimeField()),
-                ('released', models.JSONField(blank=True, default=list, help_text='Tasks the answer released.')),
-                ('reviewer', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('escalation', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='answer', to='escalations.escalation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("text", models.TextField()),
+                ("option", models.CharField(blank=True, max_length=500)),
+                ("answered_at", models.DateTimeField()),
+                (
+                    "released",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Tasks the answer released."
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "escalation",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="answer",
+                        to="escalations.escalation",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='FailurePacket',
+            name="FailurePacket",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('content', models.JSONField()),
-                ('smallest_unblocking_question', models.CharField(max_length=500)),
-                ('submitted_at', models.DateTimeField()),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='packets', to='fleet.agent')),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='packets', to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("content", models.JSONField()),
+                ("smallest_unblocking_question", models.CharField(max_length=500)),
+                ("submitted_at", models.DateTimeField()),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="packets",
+                        to="fleet.agent",
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="packets",
+                        to="runs.task",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='escalation',
-            name='packet',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='escalations.failurepacket'),
+            model_name="escalation",
+            name="packet",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                to="escalations.failurepacket",
+            ),
         ),
         migrations.AddIndex(
-            model_name='escalation',
-            index=models.Index(fields=['fleet', 'status', 'opened_at', 'id'], name='escalations_fleet_i_4c6721_idx'),
+            model_name="escalation",
+            index=models.Index(
+                fields=["fleet", "status", "opened_at", "id"], name="escalations_fleet_i_4c6721_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='escalation',
-            index=models.Index(fields=['status', 'opened_at', 'id'], name='escalations_status_3322fa_idx'),
+            model_name="escalation",
+            index=models.Index(
+                fields=["status", "opened_at", "id"], name="escalations_status_3322fa_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='escalation',
-            index=models.Index(fields=['task', 'status'], name='escalations_task_id_1326fc_idx'),
+            model_name="escalation",
+            index=models.Index(fields=["task", "status"], name="escalations_task_id_1326fc_idx"),
         ),
     ]

@@ -5,251 +5,562 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0001_initial'),
+        ("fleet", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Claim',
+            name="Claim",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200)),
-                ('statement', models.TextField()),
-                ('load_bearing', models.BooleanField(default=True)),
-                ('status', models.CharField(choices=[('unverified', 'Unverified'), ('verified', 'Verified'), ('refuted', 'Refuted')], default='unverified', max_length=10)),
-                ('status_reason', models.CharField(blank=True, max_length=500)),
-                ('posted_at', models.DateTimeField()),
-                ('checked_at', models.DateTimeField(blank=True, null=True)),
-                ('checked_by', models.CharField(blank=True, max_length=200)),
-                ('verification_pending', models.BooleanField(default=False)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200)),
+                ("statement", models.TextField()),
+                ("load_bearing", models.BooleanField(default=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("unverified", "Unverified"),
+                            ("verified", "Verified"),
+                            ("refuted", "Refuted"),
+                        ],
+                        default="unverified",
+                        max_length=10,
+                    ),
+                ),
+                ("status_reason", models.CharField(blank=True, max_length=500)),
+                ("posted_at", models.DateTimeField()),
+                ("checked_at", models.DateTimeField(blank=True, null=True)),
+                ("checked_by", models.CharField(blank=True, max_length=200)),
+                ("verification_pending", models.BooleanField(default=False)),
             ],
         ),
         migrations.CreateModel(
-            name='Attempt',
+            name="Attempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('prompt_hash', models.CharField(max_length=200)),
-                ('context_hash', models.CharField(max_length=200)),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('outcome', models.CharField(blank=True, choices=[('succeeded', 'Succeeded'), ('failed', 'Failed')], max_length=10)),
-                ('failure_kind', models.CharField(blank=True, max_length=20)),
-                ('failure_signature', models.CharField(blank=True, max_length=500)),
-                ('failure_message', models.TextField(blank=True)),
-                ('failure_capability', models.CharField(blank=True, max_length=100)),
-                ('background_killed', models.JSONField(blank=True, default=list)),
-                ('resumable', models.BooleanField(default=False)),
-                ('reframed', models.BooleanField(default=False)),
-                ('rerouted', models.BooleanField(default=False)),
-                ('resumed', models.BooleanField(default=False)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='attempts', to='fleet.agent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                ("prompt_hash", models.CharField(max_length=200)),
+                ("context_hash", models.CharField(max_length=200)),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "outcome",
+                    models.CharField(
+                        blank=True,
+                        choices=[("succeeded", "Succeeded"), ("failed", "Failed")],
+                        max_length=10,
+                    ),
+                ),
+                ("failure_kind", models.CharField(blank=True, max_length=20)),
+                ("failure_signature", models.CharField(blank=True, max_length=500)),
+                ("failure_message", models.TextField(blank=True)),
+                ("failure_capability", models.CharField(blank=True, max_length=100)),
+                ("background_killed", models.JSONField(blank=True, default=list)),
+                ("resumable", models.BooleanField(default=False)),
+                ("reframed", models.BooleanField(default=False)),
+                ("rerouted", models.BooleanField(default=False)),
+                ("resumed", models.BooleanField(default=False)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="attempts",
+                        to="fleet.agent",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['task', 'number'],
+                "ordering": ["task", "number"],
             },
         ),
         migrations.CreateModel(
-            name='Evidence',
+            name="Evidence",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('posted', 'Posted'), ('check', 'Check'), ('reality', 'Reality')], default='posted', max_length=10)),
-                ('kind', models.CharField(max_length=20)),
-                ('source', models.TextField()),
-                ('payload_hash', models.CharField(max_length=80)),
-                ('payload', models.JSONField(blank=True, null=True)),
-                ('datasource', models.CharField(blank=True, max_length=100)),
-                ('workspace', models.CharField(blank=True, max_length=100)),
-                ('submitted_by', models.CharField(max_length=200)),
-                ('verdict', models.CharField(blank=True, max_length=10)),
-                ('verdict_reason', models.CharField(blank=True, max_length=500)),
-                ('created_at', models.DateTimeField()),
-                ('claim', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='evidence', to='runs.claim')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("posted", "Posted"), ("check", "Check"), ("reality", "Reality")],
+                        default="posted",
+                        max_length=10,
+                    ),
+                ),
+                ("kind", models.CharField(max_length=20)),
+                ("source", models.TextField()),
+                ("payload_hash", models.CharField(max_length=80)),
+                ("payload", models.JSONField(blank=True, null=True)),
+                ("datasource", models.CharField(blank=True, max_length=100)),
+                ("workspace", models.CharField(blank=True, max_length=100)),
+                ("submitted_by", models.CharField(max_length=200)),
+                ("verdict", models.CharField(blank=True, max_length=10)),
+                ("verdict_reason", models.CharField(blank=True, max_length=500)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "claim",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="evidence",
+                        to="runs.claim",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'evidence',
+                "verbose_name_plural": "evidence",
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200)),
-                ('title', models.CharField(blank=True, max_length=300)),
-                ('policy', models.CharField(choices=[('scoped', 'Scoped'), ('global_halt', 'Global Halt')], default='scoped', max_length=20)),
-                ('state', models.CharField(choices=[('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='running', max_length=10)),
-                ('cause', models.TextField(blank=True, help_text='The full failure cause, when the run failed.')),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('imported', models.BooleanField(default=False, help_text="Recorded from a past run's events.")),
-                ('frontier_version', models.PositiveIntegerField(default=0)),
-                ('frontier_computed_version', models.PositiveIntegerField(default=0)),
-                ('fleet', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='fleet.fleet')),
-                ('started_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='runs_started', to='fleet.agent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200)),
+                ("title", models.CharField(blank=True, max_length=300)),
+                (
+                    "policy",
+                    models.CharField(
+                        choices=[("scoped", "Scoped"), ("global_halt", "Global Halt")],
+                        default="scoped",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="running",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "cause",
+                    models.TextField(
+                        blank=True, help_text="The full failure cause, when the run failed."
+                    ),
+                ),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "imported",
+                    models.BooleanField(
+                        default=False, help_text="Recorded from a past run's events."
+                    ),
+                ),
+                ("frontier_version", models.PositiveIntegerField(default=0)),
+                ("frontier_computed_version", models.PositiveIntegerField(default=0)),
+                (
+                    "fleet",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="fleet.fleet",
+                    ),
+                ),
+                (
+                    "started_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="runs_started",
+                        to="fleet.agent",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='claim',
-            name='run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='claims', to='runs.run'),
+            model_name="claim",
+            name="run",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="claims", to="runs.run"
+            ),
         ),
         migrations.CreateModel(
-            name='Task',
+            name="Task",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200)),
-                ('title', models.CharField(blank=True, max_length=300)),
-                ('position', models.PositiveIntegerField(help_text='Order of declaration in the run.')),
-                ('capabilities', models.JSONField(blank=True, default=list)),
-                ('reads_state_of', models.JSONField(blank=True, default=list)),
-                ('effect', models.CharField(choices=[('none', 'None'), ('reversible', 'Reversible'), ('external', 'External')], default='none', max_length=10)),
-                ('dependency_confidence', models.CharField(choices=[('declared', 'Declared'), ('uncertain', 'Uncertain')], default='declared', max_length=10)),
-                ('transaction', models.CharField(blank=True, max_length=100)),
-                ('weight', models.PositiveIntegerField(default=1)),
-                ('consumes', models.JSONField(blank=True, default=list)),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('escalated', 'Escalated'), ('cancelled', 'Cancelled')], default='pending', max_length=10)),
-                ('ready', models.BooleanField(default=False, help_text="In the run's safe ready frontier.")),
-                ('released', models.BooleanField(default=False, help_text='A reviewer released its uncertain-dependency stop boundary.')),
-                ('created_at', models.DateTimeField()),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='tasks', to='fleet.agent')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tasks', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200)),
+                ("title", models.CharField(blank=True, max_length=300)),
+                (
+                    "position",
+                    models.PositiveIntegerField(help_text="Order of declaration in the run."),
+                ),
+                ("capabilities", models.JSONField(blank=True, default=list)),
+                ("reads_state_of", models.JSONField(blank=True, default=list)),
+                (
+                    "effect",
+                    models.CharField(
+                        choices=[
+                            ("none", "None"),
+                            ("reversible", "Reversible"),
+                            ("external", "External"),
+                        ],
+                        default="none",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "dependency_confidence",
+                    models.CharField(
+                        choices=[("declared", "Declared"), ("uncertain", "Uncertain")],
+                        default="declared",
+                        max_length=10,
+                    ),
+                ),
+                ("transaction", models.CharField(blank=True, max_length=100)),
+                ("weight", models.PositiveIntegerField(default=1)),
+                ("consumes", models.JSONField(blank=True, default=list)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("escalated", "Escalated"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "ready",
+                    models.BooleanField(
+                        default=False, help_text="In the run's safe ready frontier."
+                    ),
+                ),
+                (
+                    "released",
+                    models.BooleanField(
+                        default=False,
+                        help_text="A reviewer released its uncertain-dependency stop boundary.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="tasks",
+                        to="fleet.agent",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tasks",
+                        to="runs.run",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ProgressLine',
+            name="ProgressLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('text', models.TextField()),
-                ('killed', models.JSONField(blank=True, default=list, help_text='Background work that was killed.')),
-                ('created_at', models.DateTimeField()),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='progress_lines', to='runs.run')),
-                ('task', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("text", models.TextField()),
+                (
+                    "killed",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Background work that was killed."
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="progress_lines",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="runs.task",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Prerequisite',
+            name="Prerequisite",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('requires', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dependant_links', to='runs.task')),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='prerequisite_links', to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "requires",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="dependant_links",
+                        to="runs.task",
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="prerequisite_links",
+                        to="runs.task",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Decision',
+            name="Decision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('action', models.CharField(choices=[('retry', 'Retry'), ('reframe', 'Reframe'), ('reroute', 'Reroute'), ('escalate', 'Escalate'), ('resume', 'Resume'), ('carry_on', 'Carry On'), ('abort', 'Abort')], max_length=10)),
-                ('reason', models.TextField()),
-                ('not_before', models.DateTimeField(blank=True, null=True)),
-                ('ground_truth', models.JSONField(blank=True, default=list)),
-                ('scope', models.TextField(blank=True)),
-                ('reroute_to', models.CharField(blank=True, max_length=200)),
-                ('trip_capability', models.CharField(blank=True, max_length=100)),
-                ('created_at', models.DateTimeField()),
-                ('acted_at', models.DateTimeField(blank=True, null=True)),
-                ('attempt', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='runs.attempt')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='runs.run')),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "action",
+                    models.CharField(
+                        choices=[
+                            ("retry", "Retry"),
+                            ("reframe", "Reframe"),
+                            ("reroute", "Reroute"),
+                            ("escalate", "Escalate"),
+                            ("resume", "Resume"),
+                            ("carry_on", "Carry On"),
+                            ("abort", "Abort"),
+                        ],
+                        max_length=10,
+                    ),
+                ),
+                ("reason", models.TextField()),
+                ("not_before", models.DateTimeField(blank=True, null=True)),
+                ("ground_truth", models.JSONField(blank=True, default=list)),
+                ("scope", models.TextField(blank=True)),
+                ("reroute_to", models.CharField(blank=True, max_length=200)),
+                ("trip_capability", models.CharField(blank=True, max_length=100)),
+                ("created_at", models.DateTimeField()),
+                ("acted_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "attempt",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="runs.attempt",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="decisions",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="decisions",
+                        to="runs.task",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='ClaimUse',
+            name="ClaimUse",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField()),
-                ('claim', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='uses', to='runs.claim')),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='claim_uses', to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField()),
+                (
+                    "claim",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="uses",
+                        to="runs.claim",
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="claim_uses",
+                        to="runs.task",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='claim',
-            name='task',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='claims_posted', to='runs.task'),
+            model_name="claim",
+            name="task",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="claims_posted",
+                to="runs.task",
+            ),
         ),
         migrations.CreateModel(
-            name='Blocker',
+            name="Blocker",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('code', models.CharField(max_length=250)),
-                ('set_at', models.DateTimeField()),
-                ('cleared_at', models.DateTimeField(blank=True, null=True)),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='blockers', to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("code", models.CharField(max_length=250)),
+                ("set_at", models.DateTimeField()),
+                ("cleared_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="blockers",
+                        to="runs.task",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='attempt',
-            name='task',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempts', to='runs.task'),
+            model_name="attempt",
+            name="task",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="attempts", to="runs.task"
+            ),
         ),
         migrations.CreateModel(
-            name='Artifact',
+            name="Artifact",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=50)),
-                ('ref', models.CharField(max_length=500)),
-                ('url', models.URLField(blank=True, max_length=1000)),
-                ('created_at', models.DateTimeField()),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='runs.task')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("kind", models.CharField(max_length=50)),
+                ("ref", models.CharField(max_length=500)),
+                ("url", models.URLField(blank=True, max_length=1000)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="artifacts",
+                        to="runs.task",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['fleet', 'state'], name='runs_run_fleet_i_a0eaad_idx'),
+            model_name="run",
+            index=models.Index(fields=["fleet", "state"], name="runs_run_fleet_i_a0eaad_idx"),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.UniqueConstraint(fields=('fleet', 'key'), name='run_key_per_fleet'),
+            model_name="run",
+            constraint=models.UniqueConstraint(fields=("fleet", "key"), name="run_key_per_fleet"),
         ),
         migrations.AddIndex(
-            model_name='task',
-            index=models.Index(fields=['run', 'state'], name='runs_task_run_id_035284_idx'),
+            model_name="task",
+            index=models.Index(fields=["run", "state"], name="runs_task_run_id_035284_idx"),
         ),
         migrations.AddIndex(
-            model_name='task',
-            index=models.Index(fields=['run', 'position'], name='runs_task_run_id_35c56c_idx'),
+            model_name="task",
+            index=models.Index(fields=["run", "position"], name="runs_task_run_id_35c56c_idx"),
         ),
         migrations.AddConstraint(
-            model_name='task',
-            constraint=models.UniqueConstraint(fields=('run', 'key'), name='task_key_per_run'),
+            model_name="task",
+            constraint=models.UniqueConstraint(fields=("run", "key"), name="task_key_per_run"),
         ),
         migrations.AddConstraint(
-            model_name='prerequisite',
-            constraint=models.UniqueConstraint(fields=('task', 'requires'), name='one_edge'),
+            model_name="prerequisite",
+            constraint=models.UniqueConstraint(fields=("task", "requires"), name="one_edge"),
         ),
         migrations.AddIndex(
-            model_name='decision',
-            index=models.Index(condition=models.Q(('acted_at__isnull', True)), fields=['not_before'], name='decisions_to_act_on'),
+            model_name="decision",
+            index=models.Index(
+                condition=models.Q(("acted_at__isnull", True)),
+                fields=["not_before"],
+                name="decisions_to_act_on",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='claimuse',
-            constraint=models.UniqueConstraint(fields=('claim', 'task'), name='one_use_per_task'),
+            model_name="claimuse",
+            constraint=models.UniqueConstraint(fields=("claim", "task"), name="one_use_per_task"),
         ),
         migrations.AddIndex(
-            model_name='claim',
-            index=models.Index(fields=['run', 'status'], name='runs_claim_run_id_64d13c_idx'),
+            model_name="claim",
+            index=models.Index(fields=["run", "status"], name="runs_claim_run_id_64d13c_idx"),
         ),
         migrations.AddConstraint(
-            model_name='claim',
-            constraint=models.UniqueConstraint(fields=('run', 'key'), name='claim_key_per_run'),
+            model_name="claim",
+            constraint=models.UniqueConstraint(fields=("run", "key"), name="claim_key_per_run"),
         ),
         migrations.AddIndex(
-            model_name='blocker',
-            index=models.Index(condition=models.Q(('cleared_at__isnull', True)), fields=['task'], name='open_blockers'),
+            model_name="blocker",
+            index=models.Index(
+                condition=models.Q(("cleared_at__isnull", True)),
+                fields=["task"],
+                name="open_blockers",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.UniqueConstraint(fields=('task', 'number'), name='attempt_number_per_task'),
+            model_name="attempt",
+            constraint=models.UniqueConstraint(
+                fields=("task", "number"), name="attempt_number_per_task"
+            ),
         ),
     ]
