@@ -180,6 +180,7 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
 else:
@@ -213,3 +214,6 @@ LOGGING = {
 
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 STATIC_ROOT.mkdir(exist_ok=True)
+if CELERY_BROKER_URL.startswith("filesystem"):
+    for folder in ("queue", "processed", "control"):
+        (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)

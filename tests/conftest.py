@@ -164,8 +164,8 @@ def worker_process(django_db_setup: None, tmp_path_factory: Any) -> Iterator[Any
         import shutil
 
         shutil.rmtree(settings.BROKER_DIR, ignore_errors=True)
-        (settings.BROKER_DIR / "queue").mkdir(parents=True, exist_ok=True)
-        (settings.BROKER_DIR / "processed").mkdir(parents=True, exist_ok=True)
+        for folder in ("queue", "processed", "control"):
+            (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
     path = tmp_path_factory.mktemp("worker") / "worker.log"
     log = open(path, "w")  # noqa: SIM115 - closed after the process
     process = subprocess.Popen(
