@@ -209,11 +209,12 @@ def attempt_flags(task: Task, number: int) -> dict[str, Any]:
 
 def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> None:
     mark_changed(run, [task.key])
-    if attempt.outcome == Attempt.Outcome.FAILED and not imported:
-        from runs.tasks import after_failure
+    needs_decision = attempt.outcome == Attempt.Outcome.FAILED or bool(attempt.background_killed)
+    if needs_decision and not imported:
+        from runs.tasks import after_attempt
 
         attempt_id = attempt.pk
-        transaction.on_commit(lambda: after_failure.delay(attempt_id))
+        transaction.on_commit(lambda: after_attempt.delay(attempt_id))
     settle(run)
 
 

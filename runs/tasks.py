@@ -14,9 +14,23 @@ def recompute(run_id: int, changed: list[str] | None = None, capability: str | N
 
 @shared_task(acks_late=True)
 def verify_claim(claim_id: int) -> None:
-    """Re-check a claim's evidence against reality (the claims issue)."""
+    """Re-check a claim's evidence against reality."""
+    from runs import verification
+
+    verification.verify_claim(claim_id)
 
 
 @shared_task(acks_late=True)
-def after_failure(attempt_id: int) -> None:
-    """Decide what happens after a failed attempt (the retry policy issue)."""
+def after_attempt(attempt_id: int) -> None:
+    """Decide what happens after an attempt that failed or left killed background work."""
+    from runs import retries
+
+    retries.after_attempt(attempt_id)
+
+
+@shared_task(acks_late=True)
+def act_on_decision(decision_id: int) -> None:
+    """Carry out a stored decision once it is due (a retry's not_before)."""
+    from runs import retries
+
+    retries.act_on_decision(decision_id)
