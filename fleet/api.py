@@ -29,7 +29,9 @@ def fleet_ids(request: HttpRequest) -> list[int]:
     ids = getattr(request, "fleet_ids", None)
     if ids is None:
         ids = list(
-            Membership.objects.filter(user_id=request.user.pk or 0).values_list("fleet_id", flat=True)
+            Membership.objects.filter(user_id=request.user.pk or 0).values_list(
+                "fleet_id", flat=True
+            )
         )
     return ids
 

@@ -11,6 +11,8 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("capabilities/", views.capabilities, name="capabilities"),
+    path("capabilities/<int:capability_id>/", views.capability_set, name="capability-set"),
     path("admin/", admin.site.urls),
     path("", include("escalations.urls")),
 ]

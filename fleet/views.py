@@ -1,14 +1,19 @@
 """HTTP endpoints of the fleet: the agent webhook and the health checks."""
 
 from django.conf import settings
-from django.db import DatabaseError, connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import DatabaseError, connection, transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from kombu import Connection
 
-from fleet import intake
+from fleet import intake, selectors, services
 from fleet.middleware import database_unavailable, is_database_down
+from fleet.models import Capability
 
 
 @csrf_exempt
@@ -65,3 +70,48 @@ def readyz(request: HttpRequest) -> HttpResponse:
     if not ok:
         response["Retry-After"] = str(settings.DATABASE_RETRY_AFTER_SECONDS)
     return response
+
+
+@login_required
+@require_GET
+def capabilities(request: HttpRequest) -> HttpResponse:
+    return render(
+        request, "fleet/capabilities.html", {"rows": selectors.capability_board(request.user)}
+    )
+
+
+@login_required
+@require_POST
+def capability_set(request: HttpRequest, capability_id: int) -> HttpResponse:
+    capability = get_object_or_404(
+        Capability.objects.select_related("fleet"),
+        pk=capability_id,
+        fleet__in=selectors.fleets_of(request.user),
+    )
+    if not selectors.is_manager(request.user, capability.fleet_id):
+        return HttpResponseForbidden("Only a manager of this fleet can change its capabilities.")
+    status = request.POST.get("status", "")
+    reason = request.POST.get("reason", "").strip()
+    errors = []
+    if status not in Capability.Status.values:
+        errors.append("Choose up or down.")
+    if not reason:
+        errors.append("Say why: the reason is shown to everyone whose work it defers.")
+    if len(reason) > 500:
+        errors.append("Keep the reason under 500 characters.")
+    if errors:
+        rows = selectors.capability_board(request.user)
+        context = {"rows": rows, "errors": errors, "failed": capability.pk, "reason": reason}
+        return render(request, "fleet/capabilities.html", context, status=422)
+    with transaction.atomic():
+        services.capability_change(
+            fleet=capability.fleet,
+            name=capability.name,
+            status=status,
+            reason=reason,
+            role=None,
+            by=f"manager:{request.user.get_username()}",
+            at=timezone.now(),
+        )
+    messages.success(request, f"{capability.name} is now {status}.")
+    return redirect("capabilities")

@@ -21,9 +21,7 @@ class Command(BaseCommand):
             if callback_url:
                 URLValidator(schemes=["http", "https"])(callback_url)
         except ValidationError as exc:
-            raise CommandError(
-                f"{exc.messages[0]} ({callback_url or name})"
-            ) from exc
+            raise CommandError(f"{exc.messages[0]} ({callback_url or name})") from exc
         fleet = services.fleet_create(name=name, callback_url=callback_url)
         emit(
             self,

@@ -1,0 +1,68 @@
+"""Reads of the fleet: whose fleets a person sees, and the capabilities board."""
+
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from fleet.models import Capability, Fleet, Membership
+
+
+def fleets_of(user: Any) -> QuerySet[Fleet]:
+    return Fleet.objects.filter(memberships__user_id=user.pk or 0).distinct()
+
+
+def is_manager(user: Any, fleet_id: int) -> bool:
+    return Membership.objects.filter(
+        user_id=user.pk or 0, fleet_id=fleet_id, role=Membership.Role.MANAGER
+    ).exists()
+
+
+def capability_board(user: Any) -> list[dict[str, Any]]:
+    """Each capability of the user's fleets with its state, since when, and what it defers."""
+    from runs.models import Blocker
+
+    capabilities = list(
+        Capability.objects.filter(fleet__in=fleets_of(user))
+        .select_related("fleet")
+        .order_by("fleet__name", "name")
+    )
+    codes = [f"capability:{c.name}" for c in capabilities]
+    deferring = (
+        Blocker.objects.filter(cleared_at__isnull=True, code__in=codes, task__state="pending")
+        .values("task__run__fleet_id", "code")
+        .annotate(tasks=Count("task", distinct=True), runs=Count("task__run", distinct=True))
+    )
+    counts = {(row["task__run__fleet_id"], row["code"]): row for row in deferring}
+    managed = set(
+        Membership.objects.filter(user_id=user.pk or 0, role=Membership.Role.MANAGER).values_list(
+            "fleet_id", flat=True
+        )
+    )
+    rows = []
+    for capability in capabilities:
+        row = counts.get((capability.fleet_id, f"capability:{capability.name}"), {})
+        rows.append(
+            {
+                "capability": capability,
+                "tasks": row.get("tasks", 0),
+                "runs": row.get("runs", 0),
+                "can_change": capability.fleet_id in managed,
+            }
+        )
+    return rows
+
+
+def deferred_by(capability: Capability) -> QuerySet[Any]:
+    from runs.models import Task
+
+    return (
+        Task.objects.filter(
+            run__fleet_id=capability.fleet_id,
+            state="pending",
+            blockers__cleared_at__isnull=True,
+            blockers__code=f"capability:{capability.name}",
+        )
+        .select_related("run", "agent")
+        .filter(~Q(run__state="failed"))
+        .order_by("run__key", "position")
+    )
