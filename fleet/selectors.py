@@ -40,7 +40,7 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
     )
     rows = []
     for capability in capabilities:
-        row = counts.get((capability.fleet_id, f"capability:{capability.name}"), {})
+        row: dict[str, Any] = counts.get((capability.fleet_id, f"capability:{capability.name}"), {})
         rows.append(
             {
                 "capability": capability,
