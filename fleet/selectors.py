@@ -32,7 +32,9 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
         .values("task__run__fleet_id", "code")
         .annotate(tasks=Count("task", distinct=True), runs=Count("task__run", distinct=True))
     )
-    counts = {(row["task__run__fleet_id"], row["code"]): row for row in deferring}
+    counts: dict[tuple[int, str], dict[str, Any]] = {
+        (row["task__run__fleet_id"], row["code"]): dict(row) for row in deferring
+    }
     managed = set(
         Membership.objects.filter(user_id=user.pk or 0, role=Membership.Role.MANAGER).values_list(
             "fleet_id", flat=True
