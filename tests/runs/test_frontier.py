@@ -500,7 +500,7 @@ def blocked_tasks(nodes: Mapping[str, TaskNode], world: World) -> set[str]:
         blocked |= more
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), worlds())
 def test_nothing_in_the_ready_frontier_has_a_false_condition(nodes: Nodes, world: World) -> None:
     result = frontier(nodes, world)
@@ -521,7 +521,7 @@ def test_nothing_in_the_ready_frontier_has_a_false_condition(nodes: Nodes, world
             assert any(m != key and nodes[m].transaction == group for m in blocked)
 
 
-@settings(max_examples=300)
+@settings(max_examples=150)
 @given(runs(), worlds(policy="scoped"), st.sampled_from(CAPABILITIES))
 def test_a_task_outside_every_cut_of_a_down_capability_is_unaffected(
     nodes: Nodes, world: World, capability: str
@@ -547,7 +547,7 @@ def test_a_task_outside_every_cut_of_a_down_capability_is_unaffected(
         assert with_it[key] == without_it[key]
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(runs(), worlds(policy="global_halt"))
 def test_global_halt_readies_nothing_while_a_needed_capability_is_down(
     nodes: Nodes, world: World
@@ -570,7 +570,7 @@ def test_global_halt_readies_nothing_while_a_needed_capability_is_down(
         assert (result.ready, result.deferred) == (scoped.ready, scoped.deferred)
 
 
-@settings(max_examples=200)
+@settings(max_examples=100)
 @given(runs(), worlds(), st.randoms(use_true_random=False))
 def test_the_result_does_not_depend_on_the_order_of_the_mappings(
     nodes: Nodes, world: World, rng: random.Random
@@ -621,7 +621,7 @@ def changes(draw: st.DrawFn) -> tuple[Nodes, World, Nodes, World, set[str]]:
     return nodes, world, new_nodes, new_world, changed
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(changes(), st.booleans())
 def test_recompute_after_one_change_agrees_with_the_frontier_from_scratch(
     change: tuple[Nodes, World, Nodes, World, set[str]], cached: bool
