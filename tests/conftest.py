@@ -142,13 +142,10 @@ def database_url() -> str:
     return f"postgresql://{user}{password}@{host}:{port}/{config['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def worker_process(django_db_setup: None, tmp_path_factory: Any) -> Iterator[Any]:
-    """One real Celery worker process for the session, on the configured broker and test database."""
+def spawn_worker(log_path: Any) -> Any:
+    """Start a real Celery worker process on the configured broker and the test database."""
     import subprocess
     import sys
-
-    from django.conf import settings
 
     env = {
         **os.environ,
@@ -156,6 +153,36 @@ def worker_process(django_db_setup: None, tmp_path_factory: Any) -> Iterator[Any
         "DJANGO_SETTINGS_MODULE": "fleet.settings",
         "CELERY_TASK_ALWAYS_EAGER": "0",
     }
+    log = open(log_path, "w")  # noqa: SIM115 - the process owns it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool=threads", "--concurrency=4",
+         "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", f"test-{uuid.uuid4().hex[:6]}@%h"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.time() + 60
+    while "ready" not in log_path.read_text():
+        if process.poll() is not None or time.time() > deadline:
+            process.kill()
+            raise RuntimeError("the worker did not start:\n" + log_path.read_text())
+        time.sleep(0.1)
+    process.log_path = log_path  # type: ignore[attr-defined]
+    return process
+
+
+def stop_worker(process: Any) -> None:
+    import subprocess
+
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def reset_broker() -> None:
+    from django.conf import settings
+
     if settings.CELERY_BROKER_URL.startswith("redis"):
         import redis
 
@@ -166,27 +193,42 @@ def worker_process(django_db_setup: None, tmp_path_factory: Any) -> Iterator[Any
         shutil.rmtree(settings.BROKER_DIR, ignore_errors=True)
         for folder in ("queue", "processed", "control"):
             (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
-    path = tmp_path_factory.mktemp("worker") / "worker.log"
-    log = open(path, "w")  # noqa: SIM115 - closed after the process
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool=threads", "--concurrency=4",
-         "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", f"test-{uuid.uuid4().hex[:6]}@%h"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.time() + 60
-    while "ready" not in path.read_text():
-        if process.poll() is not None or time.time() > deadline:
-            process.kill()
-            raise RuntimeError("the worker did not start:\n" + path.read_text())
-        time.sleep(0.1)
-    process.log_path = path  # type: ignore[attr-defined]
-    yield process
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
+
+
+class WorkerHandle:
+    """The session's real worker; a test may kill it and start a fresh one."""
+
+    def __init__(self, log_dir: Any) -> None:
+        self.log_dir = log_dir
+        self.starts = 0
+        self.process = self.start()
+
+    def start(self) -> Any:
+        self.starts += 1
+        return spawn_worker(self.log_dir / f"worker-{self.starts}.log")
+
+    def kill(self) -> None:
+        """SIGKILL: no warm shutdown, no acknowledgement, nothing handed back to the broker."""
+        self.process.kill()
+        self.process.wait()
+
+    def restart(self) -> None:
+        if self.process.poll() is None:
+            stop_worker(self.process)
+        self.process = self.start()
+
+    def log(self) -> str:
+        return str(self.process.log_path.read_text())
+
+
+@pytest.fixture(scope="session")
+def worker_process(django_db_setup: None, tmp_path_factory: Any) -> Iterator[WorkerHandle]:
+    """One real Celery worker process for the session."""
+    reset_broker()
+    handle = WorkerHandle(tmp_path_factory.mktemp("worker"))
+    yield handle
+    if handle.process.poll() is None:
+        stop_worker(handle.process)
 
 
 @pytest.fixture
