@@ -1,0 +1,60 @@
+"""The README's first-event example works as printed, and the run shows in the admin and the API."""
+
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from fleet.models import ApiToken
+from runs.models import Run
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def example() -> str:
+    text = README.read_text()
+    block = re.search(r"```python\n(.*?)```", text, re.S)
+    assert block, "the README has a Python example"
+    return block.group(1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readme_example_posts_a_run_of_twenty_tasks(live_server, planner, client, capsys):
+    code = example()
+    code = code.replace(
+        "http://127.0.0.1:8000/hooks/v1/agents/<id>/events", f"{live_server.url}{planner.path}"
+    )
+    code = code.replace('SECRET = "whsec_…"', f'SECRET = "{planner.secret}"')
+    exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the README's own example
+    assert "202" in capsys.readouterr().out
+    run = Run.objects.get(key="first-run")
+    assert run.tasks.count() == 20
+
+    _, token = ApiToken.issue(planner.agent)
+    body = client.get("/api/v1/runs/first-run", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert len(body["tasks"]) == 20
+
+    admin = get_user_model().objects.create_superuser("root", password="pw-for-tests")
+    client.force_login(admin)
+    page = client.get(f"/admin/runs/run/{run.pk}/change/")
+    assert page.status_code == 200
+    assert "step-19" in page.content.decode()
+
+
+ADMIN_PAGES = [
+    "fleet/fleet", "fleet/agent", "fleet/capability", "fleet/verificationsource", "fleet/membership",
+    "fleet/event", "fleet/delivery", "runs/run", "runs/task", "runs/attempt", "runs/claim",
+    "runs/claimuse", "runs/artifact", "runs/decision", "runs/blocker", "runs/progressline",
+    "escalations/failurepacket", "escalations/escalation", "escalations/answer",
+]  # fmt: skip
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("page", ADMIN_PAGES)
+def test_every_model_has_a_working_admin(client, planner, coder, page):
+    planner.post("run.started", {"run": "r1", "tasks": [{"key": "a", "agent": "coder"}]})
+    admin = get_user_model().objects.create_superuser("root", password="pw-for-tests")
+    client.force_login(admin)
+    assert client.get(f"/admin/{page}/").status_code == 200
+    assert client.get(f"/admin/{page}/add/").status_code in (200, 403)

@@ -1,0 +1,67 @@
+"""Configuration from the environment: the embedded default and a clean production check."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION = {
+    "BULKHEAD_EMBEDDED": "0",
+    "SECRET_KEY": "a-production-like-secret-key-with-enough-entropy-0123456789-abcdefghijk",
+    "SECURE_SSL_REDIRECT": "1",
+    "SESSION_COOKIE_SECURE": "1",
+    "CSRF_COOKIE_SECURE": "1",
+    "SECURE_HSTS_SECONDS": "31536000",
+    "ALLOWED_HOSTS": "bulkhead.example.com",
+}
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION and k != "DEBUG"}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_deploy_is_clean_under_a_production_configuration():
+    done = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
+
+
+def test_production_refuses_to_start_without_a_secret_key():
+    env = {**PRODUCTION, "SECRET_KEY": ""}
+    done = manage("check", env=env)
+    assert done.returncode != 0
+    assert "SECRET_KEY must be set" in done.stderr
+
+
+def test_the_embedded_default_is_sqlite_in_wal_mode_and_a_serverless_broker(tmp_path):
+    env = {"BULKHEAD_VAR_DIR": str(tmp_path), "DATABASE_URL": "", "CELERY_BROKER_URL": ""}
+    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    code = (
+        "import django; django.setup();"
+        "from django.conf import settings; from django.db import connection;"
+        "c = connection.cursor(); c.execute('PRAGMA journal_mode');"
+        "print(connection.vendor, c.fetchone()[0], settings.CELERY_BROKER_URL)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={
+            **clean,
+            **{k: v for k, v in env.items() if v},
+            "DJANGO_SETTINGS_MODULE": "fleet.settings",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ["sqlite", "wal", "filesystem://"], done.stderr
+    assert (tmp_path / "bulkhead.sqlite3").exists()
