@@ -238,6 +238,33 @@ def worker(transactional_db: None, worker_process: Any) -> Iterator[Any]:
     celery_app.conf.task_always_eager = False
     yield worker_process
     celery_app.conf.task_always_eager = previous
+    quiesce()
+
+
+def quiesce(timeout: float = 15.0) -> None:
+    """Wait until the worker has nothing left to do, so the test database can be flushed."""
+    from django.conf import settings
+    from django.db.models import F
+
+    from runs.models import Claim, Run
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        queued = 0
+        if settings.CELERY_BROKER_URL.startswith("redis"):
+            import redis
+
+            queued = int(redis.Redis.from_url(settings.CELERY_BROKER_URL).llen("celery"))
+        else:
+            queued = len(list((settings.BROKER_DIR / "queue").glob("*.msg")))
+        busy = (
+            Run.objects.exclude(frontier_computed_version=F("frontier_version")).exists()
+            or Claim.objects.filter(verification_pending=True).exists()
+        )
+        if not queued and not busy:
+            break
+        time.sleep(0.1)
+    time.sleep(0.3)  # a task that just finished its writes may still be committing
 
 
 def eventually(check: Any, *, timeout: float = 20.0, interval: float = 0.1) -> Any:
