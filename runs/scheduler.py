@@ -134,6 +134,10 @@ def recompute(
         keys |= rule.touched_by_capability(nodes, capability, world)
     updates = rule.recompute(nodes, world, previous=previous, changed=keys)
     write(run, updates)
+    # A task that left `pending` (started, escalated, cancelled) no longer waits on anything.
+    Blocker.objects.filter(task__run=run, cleared_at__isnull=True).exclude(
+        task__state=Task.State.PENDING
+    ).update(cleared_at=timezone.now())
     Run.objects.filter(pk=run.pk).update(frontier_computed_version=version)
     return updates
 
