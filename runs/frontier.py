@@ -140,7 +140,7 @@ def recompute(
     nodes: Mapping[str, TaskNode],
     world: World,
     *,
-    previous: Mapping[str, Iterable[str]],
+    previous: Mapping[str, Collection[str]],
     changed: Iterable[str],
     index: GraphIndex | None = None,
 ) -> dict[str, tuple[str, ...]]:
@@ -212,7 +212,7 @@ def _halt_blockers(
     return tuple(f"halt:{name}" for name in sorted(holding))
 
 
-def _halt_of(previous: Mapping[str, Iterable[str]]) -> set[str]:
+def _halt_of(previous: Mapping[str, Collection[str]]) -> set[str]:
     # Every pending task carries the same halt blockers, so any one entry tells.
     for blockers in previous.values():
         return {blocker for blocker in blockers if blocker.startswith("halt:")}
@@ -246,7 +246,7 @@ def _evaluate(
     keys: Collection[str],
     *,
     halt: tuple[str, ...],
-    previous: Mapping[str, Iterable[str]] | None,
+    previous: Mapping[str, Collection[str]] | None,
 ) -> dict[str, tuple[str, ...]]:
     """The sorted blockers of every pending task among `keys`.
 
@@ -326,7 +326,7 @@ def _transaction_barred(
     groups: Mapping[str, list[str]],
     hard: set[str],
     blockers_of: Mapping[str, list[str]],
-    previous: Mapping[str, Iterable[str]] | None,
+    previous: Mapping[str, Collection[str]] | None,
 ) -> list[str]:
     """The pending members of a transaction group in which another pending member is blocked.
 
@@ -345,6 +345,7 @@ def _transaction_barred(
         key = stack.pop()
         if key in hard:
             seeds.add(key)
+            continue  # blocked by its own cause, whatever its prerequisites are
         for prerequisite in nodes[key].prerequisites:
             before = nodes.get(prerequisite)
             if before is None or before.state != "pending":
@@ -353,7 +354,11 @@ def _transaction_barred(
                 if prerequisite not in relevant:
                     relevant.add(prerequisite)
                     stack.append(prerequisite)
-            elif prerequisite not in keys and _was_blocked(nodes, prerequisite, previous, outside):
+            elif (
+                key not in seeds
+                and prerequisite not in keys
+                and _was_blocked(nodes, prerequisite, previous, outside)
+            ):
                 seeds.add(key)
 
     dependants_of: dict[str, list[str]] = {}
@@ -392,13 +397,15 @@ def _transaction_barred(
 def _was_blocked(
     nodes: Mapping[str, TaskNode],
     key: str,
-    previous: Mapping[str, Iterable[str]] | None,
+    previous: Mapping[str, Collection[str]] | None,
     memo: dict[str, bool],
 ) -> bool:
     """Whether a pending task outside the evaluated region was blocked, from its stored blockers.
 
     Its facts and its ancestors' did not change, so its stored blockers still hold: a blocker
-    other than a prerequisite means blocked; otherwise it is blocked when a prerequisite is.
+    other than a prerequisite means blocked; otherwise it is blocked when a prerequisite is. The
+    stored blockers cannot tell waiting from blocked, so this walks up the waiting tasks above it
+    (once per call, memoised), stopping at the first blocked one.
     """
     stored = previous or {}
     stack = [key]
@@ -409,24 +416,30 @@ def _was_blocked(
             stack.pop()
             continue
         entry = stored.get(current)
-        if entry is not None and any(not b.startswith(PREREQUISITE) for b in entry):
+        # Every other kind of blocker sorts before "prerequisite:".
+        if entry and not min(entry).startswith(PREREQUISITE):
             memo[current] = True
             stack.pop()
             continue
         result = False
         unknown: list[str] = []
+        revisit = current in expanded
         for prerequisite in nodes[current].prerequisites:
             before = nodes.get(prerequisite)
-            if before is None or before.state in STOPPED:
+            if before is None:
                 result = True
                 break
-            if before.state == "pending":
+            state = before.state
+            if state == "pending":
                 known = memo.get(prerequisite)
                 if known:
                     result = True
                     break
-                if known is None and current not in expanded:
+                if known is None and not revisit:
                     unknown.append(prerequisite)
+            elif state in STOPPED:
+                result = True
+                break
         if result or not unknown:
             memo[current] = result
             stack.pop()
