@@ -5,35 +5,59 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs import scheduler
-from runs.evidence import payload_hash
-from runs.models import Claim, Evidence
+from runs import retries, scheduler
+from runs.evidence import HUMAN_ANSWER, payload_hash
+from runs.models import Claim, Evidence, Run
+from runs.services import consumers_of
+
+VERDICTS = (Claim.Status.VERIFIED, Claim.Status.REFUTED)
 
 
 @transaction.atomic
 def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Claim:
-    claim = Claim.objects.select_for_update().select_related("run").get(pk=claim.pk)
+    """A reviewer verifies or refutes a claim; the verdict is final (no verifier overturns it)."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"a reviewer's verdict is verified or refuted, not {verdict!r}")
+    # The run first, then the claim: the order every claim service locks in.
+    run = Run.objects.select_for_update().get(pk=claim.run_id)
+    claim = Claim.objects.select_for_update().get(pk=claim.pk)
+    was = claim.status
     now = timezone.now()
+    who = f"reviewer:{reviewer.get_username()}"
     payload = {"verdict": verdict, "note": note}
-    Evidence.objects.create(
+    answer = Evidence.objects.create(
         claim=claim,
         role=Evidence.Role.CHECK,
-        kind="human_answer",
-        source=f"reviewer:{reviewer.get_username()}",
+        kind=HUMAN_ANSWER,
+        source=who,
         payload_hash=payload_hash(payload),
         payload=payload,
-        submitted_by=f"reviewer:{reviewer.get_username()}",
+        submitted_by=who,
         verdict=verdict,
-        verdict_reason=note,
+        verdict_reason=note[:500],
         created_at=now,
     )
     claim.status = verdict
-    claim.status_reason = f"{verdict} by hand by {reviewer.get_username()}: {note}"
+    claim.status_reason = f"{verdict} by hand by {reviewer.get_username()}: {note}"[:500]
     claim.checked_at = claim.checked_at or now
-    claim.checked_by = f"reviewer:{reviewer.get_username()}"
-    claim.verification_pending = False
-    claim.save()
-    scheduler.mark_changed(
-        claim.run, [t.key for t in claim.run.tasks.all() if claim.key in t.consumes]
-    )
+    claim.checked_by = who
+    # Pending checks stay pending: the verifier still records them, but changes nothing now.
+    claim.save(update_fields=["status", "status_reason", "checked_at", "checked_by"])
+    if verdict == Claim.Status.REFUTED and was != Claim.Status.REFUTED:
+        retries.claim_refuted(
+            claim=claim,
+            reality=[
+                {
+                    "claim": claim.key,
+                    "statement": claim.statement,
+                    "kind": HUMAN_ANSWER,
+                    "source": who,
+                    "payload_hash": answer.payload_hash,
+                    "payload": payload,
+                    "reason": note,
+                    "checked_by": who,
+                }
+            ],
+        )
+    scheduler.mark_changed(run, consumers_of(run, claim.key))
     return claim

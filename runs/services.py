@@ -230,6 +230,24 @@ def evidence_row(claim: Claim, evidence: EvidenceIn, *, role: str, by: str, at: 
     )
 
 
+AGENT_TEXT = "another agent's text is not evidence"
+
+
+def cites_an_agent(source: str) -> bool:
+    """Evidence pointing at another agent's output: never checked, never a verdict's basis."""
+    return source.lstrip().lower().startswith("agent:")
+
+
+def posted_reason(evidence: EvidenceIn | None, *, imported: bool) -> str:
+    if evidence is None:
+        return "posted without evidence"
+    if cites_an_agent(evidence.source):
+        return AGENT_TEXT
+    if imported:
+        return "imported: its evidence is recorded as posted, not re-checked"
+    return "waiting for a verifier"
+
+
 def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
     run = run_for(context, data.run, lock=True)
     task = task_for(run, data.task)
@@ -237,6 +255,9 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
         raise Invalid(
             [error("data.claim.key", f"claim {data.claim.key!r} was already posted")], 409
         )
+    evidence = data.claim.evidence
+    reason = posted_reason(evidence, imported=context.imported)
+    checkable = evidence is not None and not cites_an_agent(evidence.source)
     claim = Claim.objects.create(
         run=run,
         task=task,
@@ -244,23 +265,17 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
         statement=data.claim.statement,
         load_bearing=data.claim.load_bearing,
         posted_at=context.at,
+        status_reason=reason,
+        # An imported claim is history: what checked it, if anything, is in the file.
+        verification_pending=checkable and not context.imported,
     )
-    if data.claim.evidence is None:
-        claim.status_reason = "posted without evidence"
-    elif data.claim.evidence.source.startswith("agent:"):
-        claim.status_reason = "another agent's text is not evidence"
-    else:
-        claim.verification_pending = True
-        claim.status_reason = "waiting for a verifier"
-    claim.save(update_fields=["status_reason", "verification_pending"])
-    if data.claim.evidence is not None:
-        evidence_row(
-            claim,
-            data.claim.evidence,
-            role="posted",
-            by=f"agent:{context.actor.name}",
-            at=context.at,
+    if evidence is not None:
+        row = evidence_row(
+            claim, evidence, role="posted", by=f"agent:{context.actor.name}", at=context.at
         )
+        if not checkable:
+            row.verdict, row.verdict_reason = Claim.Status.UNVERIFIED, AGENT_TEXT
+            row.save(update_fields=["verdict", "verdict_reason"])
     # Tasks already running that declared this claim consumed it from its first moment.
     for consumer in Task.objects.filter(run=run, state=Task.State.RUNNING).exclude(pk=task.pk):
         if claim.key in consumer.consumes:
@@ -268,7 +283,7 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
     if claim.verification_pending:
         scheduler.verify_after_commit(claim)
     scheduler.mark_changed(run, consumers_of(run, claim.key))
-    return {"run": run.key, "claim": claim.key, "status": claim.status}
+    return {"run": run.key, "claim": claim.key, "status": claim.status, "reason": reason}
 
 
 def consumers_of(run: Run, key: str) -> list[str]:
@@ -277,13 +292,23 @@ def consumers_of(run: Run, key: str) -> list[str]:
     ]
 
 
+def record_checker_use(claim: Claim, task: Task, at: Any) -> None:
+    """The checker read the claim to check it: from when it had both its task and the claim."""
+    if task.pk == claim.task_id:
+        return
+    since = max(task.started_at, claim.posted_at) if task.started_at else at
+    ClaimUse.objects.get_or_create(claim=claim, task=task, defaults={"at": since})
+
+
 def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
+    """A consumer's verdict: recorded now, accepted only once the verifier confirms its evidence."""
     run = run_for(context, data.run, lock=True)
-    task_for(run, data.task)
+    task = task_for(run, data.task)
     claim = Claim.objects.select_for_update().filter(run=run, key=data.claim).first()
     if claim is None:
         raise Invalid([error("data.claim", f"unknown claim {data.claim!r} in run {run.key!r}")])
-    if data.evidence.source.startswith("agent:"):
+    agent_text = cites_an_agent(data.evidence.source)
+    if agent_text and not context.imported:
         raise Invalid(
             [
                 error(
@@ -292,9 +317,13 @@ def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
                 )
             ]
         )
-    evidence_row(
-        claim, data.evidence, role="check", by=f"agent:{context.actor.name}", at=context.at
-    )
+    checker = f"agent:{context.actor.name}"
+    row = evidence_row(claim, data.evidence, role="check", by=checker, at=context.at)
+    row.verdict = data.verdict  # the checker's verdict; the verifier's judgement goes in the reason
+    record_checker_use(claim, task, context.at)
+    if context.imported:
+        return record_imported_check(context, run, claim, row, agent_text)
+    row.save(update_fields=["verdict"])
     claim.verification_pending = True
     claim.save(update_fields=["verification_pending"])
     scheduler.verify_after_commit(claim)
@@ -304,6 +333,27 @@ def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
         "status": claim.status,
         "verdict": "pending verification",
     }
+
+
+def record_imported_check(
+    context: Context, run: Run, claim: Claim, row: Evidence, agent_text: bool
+) -> dict[str, Any]:
+    """A past run's verdict is recorded as it happened, at its time: it is not re-checked now."""
+    accepted = not agent_text and not claim.checked_by.startswith("reviewer:")
+    row.verdict_reason = (
+        "accepted: imported, recorded as it happened"
+        if accepted
+        else "not accepted: " + (AGENT_TEXT if agent_text else "a reviewer checked it by hand")
+    )
+    row.save(update_fields=["verdict", "verdict_reason"])
+    if accepted and claim.status != row.verdict:
+        claim.status = row.verdict
+        claim.checked_at = claim.checked_at or max(context.at, claim.posted_at)
+        claim.checked_by = row.submitted_by
+        claim.status_reason = f"{row.verdict} by {row.submitted_by} (imported)"
+        claim.save(update_fields=["status", "checked_at", "checked_by", "status_reason"])
+        scheduler.mark_changed(run, consumers_of(run, claim.key))
+    return {"run": run.key, "claim": claim.key, "status": claim.status, "verdict": row.verdict}
 
 
 def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
