@@ -1,0 +1,162 @@
+"""The desk's reads of blast radius and handoff coverage, from what the database recorded."""
+
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from escalations.selectors import handoffs_for, handoffs_for_fleet, radii_for
+from fleet import services
+from runs.models import Run
+from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase
+from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
+from tests.fixtures.orders import orders_postgresql as orders_postgresql  # noqa: F401
+from tests.fixtures.orders import orders_postgresql_session as orders_postgresql_session  # noqa: F401
+from tests.fixtures.seed import ALL_GREEN_RUN, ATTEMPT, at, phoenixdx
+
+pytestmark = pytest.mark.django_db
+
+RUN = "tier-discounts"
+AN_HOUR_IN = datetime(2026, 6, 2, 10, 0, tzinfo=UTC)  # the pure tests' `now`
+
+
+def imported(fleet: str = "acme", path: Path = ALL_GREEN_RUN) -> Run:
+    call_command("import_events", fleet, str(path), stdout=io.StringIO())
+    keys = {json.loads(line)["data"].get("run") for line in path.read_text().splitlines()}
+    return Run.objects.get(fleet__name=fleet, key__in=keys)
+
+
+def handoff(producer, consumer, claims, checkable, refuted, minutes):
+    return {
+        "producer": producer,
+        "consumer": consumer,
+        "claims": claims,
+        "checkable": checkable,
+        "refuted": refuted,
+        "median_unchecked_minutes": minutes,
+    }
+
+
+def test_it_measures_every_claim_of_the_all_green_run(client, fleet):
+    phoenixdx(client, fleet)
+    run = imported()
+
+    assert radii_for(run, now=AN_HOUR_IN) == {
+        "plan.customer-tier": {
+            "agents": 3,
+            "artifacts": 4,
+            "minutes": 40.0,
+            "tasks": ["api-change", "api-tests", "confirm-schema", "discount-resolver"],
+        },
+        # Never checked: it counts to now, with everything built on it so far.
+        "schema.customer-tier-confirmed": {
+            "agents": 2,
+            "artifacts": 4,
+            "minutes": 56.0,
+            "tasks": ["api-change", "api-tests", "discount-resolver"],
+        },
+        "tests.pass": {"agents": 0, "artifacts": 0, "minutes": 1.0, "tasks": []},
+    }
+
+
+def test_an_unchecked_claim_keeps_counting_until_now(client, fleet):
+    phoenixdx(client, fleet)
+    run = imported()
+
+    later = radii_for(run, now=datetime(2026, 6, 2, 11, 0, tzinfo=UTC))
+
+    assert later["schema.customer-tier-confirmed"]["minutes"] == 116.0
+    assert later["plan.customer-tier"]["minutes"] == 40.0
+    assert radii_for(run)["schema.customer-tier-confirmed"]["minutes"] > 116.0
+
+
+def test_it_reads_a_run_in_five_queries_however_big(client, fleet, django_assert_num_queries):
+    seed = phoenixdx(client, fleet)
+    run = imported()
+    with django_assert_num_queries(5):
+        radii_for(run)
+    tasks = [
+        {"key": f"t{i}", "agent": "coder-a", "prerequisites": [f"t{i - 1}"] if i else []}
+        for i in range(300)
+    ]
+    seed.planner.post("run.started", {"run": "big", "tasks": tasks})
+    claim = {"key": "t0.done", "statement": "t0 is done"}
+    seed.planner.post("claim.posted", {"run": "big", "task": "t0", "claim": claim})
+    big = Run.objects.get(key="big")
+    with django_assert_num_queries(5):
+        assert radii_for(big)["t0.done"]["agents"] == 0
+
+
+def test_it_maps_the_all_green_runs_handoffs_none_of_them_checkable(client, fleet):
+    phoenixdx(client, fleet)
+    run = imported()
+
+    assert handoffs_for(run, now=AN_HOUR_IN) == [
+        handoff("planner", "coder-a", 1, 0, 1, 40.0),
+        handoff("planner", "schema", 1, 0, 1, 40.0),
+        handoff("schema", "coder-a", 1, 0, 0, 56.0),
+        handoff("schema", "coder-b", 1, 0, 0, 56.0),
+    ]
+
+
+def test_a_handoff_with_evidence_counts_as_checkable(
+    client, fleet, orders_database: OrdersDatabase
+):
+    seed = phoenixdx(client, fleet)
+    services.source_add(fleet=fleet, kind="datasource", name="orders", value=orders_database.dsn)
+    tasks = [
+        {"key": "plan", "agent": "planner"},
+        {
+            "key": "points",
+            "agent": "coder-a",
+            "prerequisites": ["plan"],
+            "consumes": ["plan.points"],
+        },
+    ]
+    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, timestamp=at(0))
+    seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
+    claim = {
+        "key": "plan.points",
+        "statement": "customers has loyalty_points",
+        "evidence": orders_database.columns_evidence(REAL_COLUMNS),
+    }
+    seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
+    seed.planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
+    started = seed.coder_a.post("task.started", {"run": RUN, "task": "points", "attempt": ATTEMPT})
+    assert started.status_code == 202
+
+    [crossing] = handoffs_for(Run.objects.get(key=RUN))
+
+    assert (crossing["producer"], crossing["consumer"]) == ("planner", "coder-a")
+    assert (crossing["claims"], crossing["checkable"], crossing["refuted"]) == (1, 1, 0)
+
+
+def test_a_fleets_handoffs_merge_its_runs_and_keep_fleets_apart(client, fleet, tmp_path):
+    phoenixdx(client, fleet)
+    imported()
+    second = tmp_path / "second.jsonl"
+    second.write_text(
+        ALL_GREEN_RUN.read_text().replace(f'"run": "{RUN}"', '"run": "tier-discounts-2"')
+    )
+    imported(path=second)
+    other = services.fleet_create(name="beta")
+    phoenixdx(client, other)
+    imported("beta")
+
+    rows = handoffs_for_fleet([fleet.pk, other.pk], now=AN_HOUR_IN)
+
+    acme = [r for r in rows if r["fleet"] == "acme"]
+    beta = [r for r in rows if r["fleet"] == "beta"]
+    assert [(r["producer"], r["consumer"], r["claims"], r["refuted"]) for r in acme] == [
+        ("planner", "coder-a", 2, 2),
+        ("planner", "schema", 2, 2),
+        ("schema", "coder-a", 2, 0),
+        ("schema", "coder-b", 2, 0),
+    ]
+    assert [r["claims"] for r in beta] == [1, 1, 1, 1]
+    assert acme[0]["median_unchecked_minutes"] == 40.0
+    assert handoffs_for_fleet([other.pk], now=AN_HOUR_IN) == beta
+    assert handoffs_for_fleet([]) == []
