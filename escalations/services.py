@@ -14,7 +14,7 @@ from runs.services import run_for, task_for
 
 def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
     """A packet is how an agent stops: it opens (or fills) the task's escalation."""
-    run = run_for(context, data.run, lock=True)
+    run = run_for(context, data.run)
     task = task_for(run, data.task)
     checked = validate_packet(data.packet, loc="data.packet")
     if isinstance(checked, list):
@@ -58,7 +58,7 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
     task.save(update_fields=["state", "ready"])
     if opened:
         notify(
-            run.fleet,
+            context.sender.fleet,
             "escalation.opened",
             {
                 "escalation": escalation.pk,

@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 
 from fleet import signing
 from fleet.events import Invalid, Strict, error, parse
-from fleet.models import Agent, Event
+from fleet.models import Agent, Event, SigningKey
 
 log = logging.getLogger(__name__)
 
@@ -61,27 +61,24 @@ def handlers() -> Mapping[str, Handler]:
     }
 
 
-def find_agent(agent_id: str) -> Agent | None:
+def authenticate(agent_id: str, headers: Mapping[str, str], body: bytes) -> Agent | None:
+    """The agent whose active key signed the body, in one query; None for any failure."""
     try:
         key = uuid.UUID(agent_id)
     except ValueError:
-        return None
-    return Agent.objects.select_related("fleet").filter(pk=key).first()
-
-
-def authenticate(agent_id: str, headers: Mapping[str, str], body: bytes) -> Agent | None:
-    agent = find_agent(agent_id)
-    # An unknown agent costs the same HMAC work as a known one with a wrong key.
-    secrets = (
-        list(agent.signing_keys.filter(active=True).values_list("secret", flat=True))
-        if agent
-        else ["whsec_" + "A" * 32]
+        key = None
+    keys = list(
+        SigningKey.objects.filter(agent_id=key, active=True).select_related("agent__fleet")
+        if key
+        else []
     )
+    # An unknown agent costs the same HMAC work as a known one with a wrong key.
+    secrets = [k.secret for k in keys] or ["whsec_" + "A" * 32]
     try:
         signing.verify(secrets, headers=headers, body=body)
     except signing.SignatureError:
         return None
-    return agent
+    return keys[0].agent if keys else None
 
 
 def over_rate(agent: Agent) -> int:
@@ -147,13 +144,14 @@ def apply(
 ) -> Reply:
     """Apply one event once: a replay of its webhook-id gets the first response."""
     digest = hashlib.sha256(body).hexdigest()
-    previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
-    if previous is not None:
-        return replay(previous, digest)
     try:
         envelope, data = parse(raw)
         packet_too_big(data)
     except Invalid as exc:
+        # A used webhook-id is a conflict before it is a bad body.
+        previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
+        if previous is not None:
+            return replay(previous, digest)
         return Reply(exc.status, {"errors": exc.errors})
     for _ in range(2):
         try:

@@ -200,6 +200,8 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", "False")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_SECONDS = envint("RECONCILE_EVERY_SECONDS", "30")
+# Work younger than this is presumed in flight, not lost.
+RECONCILE_GRACE_SECONDS = envint("RECONCILE_GRACE_SECONDS", "30")
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "fleet.tasks.reconcile", "schedule": float(RECONCILE_EVERY_SECONDS)},
 }

@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from celery import shared_task
-from django.db.models import F
+from django.conf import settings
 from django.utils import timezone
 
 
@@ -18,14 +18,13 @@ def deliver(delivery_id: int) -> str:
 def reconcile() -> dict[str, int]:
     """PostgreSQL is the truth: find work whose message may have been lost and enqueue it again."""
     from fleet.models import Delivery
-    from runs.models import Run
+    from runs.models import FrontierChange
     from runs.tasks import recompute
 
     now = timezone.now()
-    stale = Run.objects.filter(state=Run.State.RUNNING).exclude(
-        frontier_computed_version=F("frontier_version")
-    )
-    runs = list(stale.values_list("pk", flat=True)[:500])
+    grace = now - timedelta(seconds=settings.RECONCILE_GRACE_SECONDS)
+    stale = FrontierChange.objects.filter(created_at__lte=grace).values_list("run_id", flat=True)
+    runs = sorted(set(stale[:5000]))[:500]
     for run_id in runs:
         recompute.delay(run_id, None, None)
     due = list(

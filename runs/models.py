@@ -26,8 +26,6 @@ class Run(models.Model):
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     imported = models.BooleanField(default=False, help_text="Recorded from a past run's events.")
-    frontier_version = models.PositiveIntegerField(default=0)
-    frontier_computed_version = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["fleet", "key"], name="run_key_per_fleet")]
@@ -35,6 +33,20 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class FrontierChange(models.Model):
+    """A change the run's stored frontier has not caught up with yet (deleted once it has).
+
+    Rows are only inserted by the events that change a run, so they never contend with each
+    other; the reconciler finds runs that still have some and recomputes them.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="frontier_changes")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["created_at"])]
 
 
 class Task(models.Model):

@@ -4,13 +4,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from fleet.models import Capability, Fleet
 from fleet.outbox import notify
 from runs import frontier as rule
-from runs.models import Attempt, Blocker, Claim, Decision, Prerequisite, Run, Task
+from runs.models import Attempt, Blocker, Claim, Decision, FrontierChange, Prerequisite, Run, Task
 
 HARD = ("capability:", "barrier:", "claim:", "escalation:", "halt:")
 
@@ -88,7 +87,7 @@ def mark_changed(run: Run, keys: Iterable[str] | None, *, capability: str | None
     """Record that the run's frontier must be recomputed, and ask a worker after commit."""
     from runs.tasks import recompute
 
-    Run.objects.filter(pk=run.pk).update(frontier_version=F("frontier_version") + 1)
+    FrontierChange.objects.create(run=run)
     changed = None if keys is None else sorted(set(keys))
     run_id = run.pk
     transaction.on_commit(lambda: recompute.delay(run_id, changed, capability))
@@ -121,7 +120,7 @@ def recompute(
     `changed` None means recompute everything (the reconciler's path).
     """
     run = Run.objects.select_for_update().get(pk=run_id)
-    version = run.frontier_version
+    pending_changes = list(FrontierChange.objects.filter(run=run).values_list("pk", flat=True))
     nodes = nodes_for(run)
     world = world_for(run)
     previous = open_blockers(run)
@@ -138,7 +137,8 @@ def recompute(
     Blocker.objects.filter(task__run=run, cleared_at__isnull=True).exclude(
         task__state=Task.State.PENDING
     ).update(cleared_at=timezone.now())
-    Run.objects.filter(pk=run.pk).update(frontier_computed_version=version)
+    FrontierChange.objects.filter(pk__in=pending_changes).delete()
+    settle(run)
     return updates
 
 
@@ -219,11 +219,14 @@ def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> N
 
         attempt_id = attempt.pk
         transaction.on_commit(lambda: after_attempt.delay(attempt_id))
-    settle(run)
 
 
 def settle(run: Run) -> None:
-    """A run whose every task succeeded (or was cancelled) has succeeded."""
+    """A run whose every task succeeded (or was cancelled) has succeeded.
+
+    Called from the recompute, which holds the run's lock and sees every committed finish: two
+    last tasks finishing at once cannot both miss each other.
+    """
     states = set(Task.objects.filter(run=run).values_list("state", flat=True))
     if (
         run.state == Run.State.RUNNING

@@ -167,7 +167,7 @@ def stored_digest(run: Run) -> str:
 
 
 def tasks_add(context: Context, data: TasksAdded) -> dict[str, Any]:
-    run = run_for(context, data.run, lock=True)
+    run = run_for(context, data.run, lock=True)  # the graph grows one declaration at a time
     add_tasks(context, run, data.tasks)
     scheduler.mark_changed(run, [t.key for t in data.tasks])
     return {"run": run.key, "tasks": len(data.tasks)}
@@ -181,7 +181,7 @@ def record_uses(task: Task, keys: Sequence[str], at: Any) -> None:
 
 
 def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
-    run = run_for(context, data.run, lock=True)
+    run = run_for(context, data.run)
     task = task_for(run, data.task)
     if task.state != Task.State.PENDING:
         raise Invalid(
@@ -249,7 +249,7 @@ def posted_reason(evidence: EvidenceIn | None, *, imported: bool) -> str:
 
 
 def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
-    run = run_for(context, data.run, lock=True)
+    run = run_for(context, data.run)
     task = task_for(run, data.task)
     if Claim.objects.filter(run=run, key=data.claim.key).exists():
         raise Invalid(
@@ -302,7 +302,7 @@ def record_checker_use(claim: Claim, task: Task, at: Any) -> None:
 
 def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
     """A consumer's verdict: recorded now, accepted only once the verifier confirms its evidence."""
-    run = run_for(context, data.run, lock=True)
+    run = run_for(context, data.run)
     task = task_for(run, data.task)
     claim = Claim.objects.select_for_update().filter(run=run, key=data.claim).first()
     if claim is None:
@@ -357,7 +357,7 @@ def record_imported_check(
 
 
 def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
-    run = run_for(context, data.run, lock=True)
+    run = run_for(context, data.run)
     task = task_for(run, data.task)
     if task.state != Task.State.RUNNING and not context.imported:
         raise Invalid([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)

@@ -152,6 +152,7 @@ def spawn_worker(log_path: Any) -> Any:
         "DATABASE_URL": database_url(),
         "DJANGO_SETTINGS_MODULE": "fleet.settings",
         "CELERY_TASK_ALWAYS_EAGER": "0",
+        "RECONCILE_GRACE_SECONDS": "0",
     }
     log = open(log_path, "w")  # noqa: SIM115 - the process owns it
     process = subprocess.Popen(
@@ -244,9 +245,8 @@ def worker(transactional_db: None, worker_process: Any) -> Iterator[Any]:
 def quiesce(timeout: float = 15.0) -> None:
     """Wait until the worker has nothing left to do, so the test database can be flushed."""
     from django.conf import settings
-    from django.db.models import F
 
-    from runs.models import Claim, Run
+    from runs.models import Claim, FrontierChange
 
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -258,7 +258,7 @@ def quiesce(timeout: float = 15.0) -> None:
         else:
             queued = len(list((settings.BROKER_DIR / "queue").glob("*.msg")))
         busy = (
-            Run.objects.exclude(frontier_computed_version=F("frontier_version")).exists()
+            FrontierChange.objects.exists()
             or Claim.objects.filter(verification_pending=True).exists()
         )
         if not queued and not busy:

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from fleet.tasks import reconcile
-from runs.models import Blocker, Run, Task
+from runs.models import Blocker, FrontierChange, Run, Task
 from tests.conftest import database_url, eventually, task
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -15,8 +15,7 @@ ATTEMPT = {"prompt_hash": "p", "context_hash": "c"}
 
 
 def settled(run: Run) -> bool:
-    fresh = Run.objects.get(pk=run.pk)
-    return fresh.frontier_computed_version == fresh.frontier_version
+    return not FrontierChange.objects.filter(run=run).exists()
 
 
 def forge_blocked() -> bool:
