@@ -1,5 +1,7 @@
 """Claims checked against reality: the verifier's verdicts, consumers' checks, the loud failure."""
 
+import json
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from django.contrib.auth import get_user_model
 from fleet import services
 from runs import retries, verification
 from runs.claims import check_by_hand
-from runs.evidence import http_exchange_payload, payload_hash, query_result_payload
+from runs.evidence import canonical_json, http_exchange_payload, payload_hash, query_result_payload
 from runs.evidence import test_run_payload as run_payload
 from runs.models import Claim, ClaimUse, Decision, Evidence, Task
 from runs.verifiers import verify
@@ -562,3 +564,22 @@ def test_dangerous_evidence_is_refused_with_a_reason_and_nothing_runs(
     assert not pwned.exists()
     assert Hits.count == 0
     assert secret.read_text() == "the database password\n"
+
+
+# The README's worked example ------------------------------------------------------------------
+
+
+def test_the_readmes_worked_example_is_what_the_code_computes():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Evidence and its hash") :]
+    blocks = re.findall(r"```json\n(.*?)\n```", section, re.DOTALL)
+    canonical, envelope = blocks[0], json.loads(blocks[1])
+    stated = re.search(
+        r"<!-- readme-example-hash -->\nso its hash is `(sha256:[0-9a-f]{64})`", section
+    )
+
+    assert canonical.encode() == canonical_json(columns_payload(REAL_COLUMNS))
+    assert stated is not None and stated[1] == payload_hash(columns_payload(REAL_COLUMNS))
+    evidence = envelope["data"]["evidence"]
+    assert evidence["payload_hash"] == stated[1] == payload_hash(evidence["payload"])
+    assert re.search(r"```sql\n(.*?)\n```", section, re.DOTALL)[1] == evidence["source"]  # type: ignore[index]
