@@ -213,7 +213,7 @@ def stored(result: Frontier) -> dict[str, tuple[str, ...]]:
     return {**dict.fromkeys(result.ready, ()), **result.deferred}
 
 
-def case(name: str, nodes: dict[str, TaskNode], repeat: int) -> None:
+def case(name: str, nodes: dict[str, TaskNode], repeat: int, *, goals: bool) -> None:
     up = World()
     down = World(down=frozenset({FORGE}))
     index = build_index(nodes)
@@ -252,9 +252,12 @@ def case(name: str, nodes: dict[str, TaskNode], repeat: int) -> None:
     print(f"  incremental, ours (index cached)    {ours_inc * 1000:9.1f} ms")
     print(f"  incremental, networkx (cached)      {nx_inc * 1000:9.1f} ms")
     print(f"  index build (once per graph)        {index_time * 1000:9.1f} ms")
-    print(f"  ratio full ours/networkx (built)    {ours_full / nx_full:9.2f}  (goal <= 1)")
+    full_goal, incremental_goal = ("(goal <= 1)", "(goal >= 20x)") if goals else ("", "")
+    print(f"  ratio full ours/networkx (built)    {ours_full / nx_full:9.2f}  {full_goal}")
     print(f"  ratio full ours/networkx (cached)   {ours_full / nx_full_cached:9.2f}")
-    print(f"  speedup full/incremental, ours      {ours_full / ours_inc:9.1f}x (goal >= 20x)")
+    print(f"  speedup full/incremental, ours      {ours_full / ours_inc:9.1f}x {incremental_goal}")
+    # networkx re-filters the reach only: it misses blockedness inherited from outside it, and
+    # its result is not checked, so this last figure flatters it.
     print(f"  speedup incremental nx/ours         {nx_inc / ours_inc:9.1f}x")
 
 
@@ -270,7 +273,7 @@ def main() -> None:
         ("forge at the end of each lane, 10 of them in transactions", False, True),
     ):
         nodes = make_run(args.tasks, scattered=scattered, groups_at_the_end=at_the_end)
-        case(name, nodes, args.repeat)
+        case(name, nodes, args.repeat, goals=not scattered and not at_the_end)
 
 
 if __name__ == "__main__":

@@ -335,31 +335,13 @@ def _transaction_barred(
     its group only when it is blocked by the first two (its own cause). Grounding it this way
     means a transaction barrier never holds itself up: when the cause clears, the group is free.
     """
-    # Only the members and their pending ancestors can decide a barrier.
-    relevant: set[str] = set()
-    stack = [key for group in groups.values() for key in group]
-    relevant.update(stack)
-    seeds: set[str] = set()
-    outside: dict[str, bool] = {}
-    while stack:
-        key = stack.pop()
-        if key in hard:
-            seeds.add(key)
-            continue  # blocked by its own cause, whatever its prerequisites are
-        for prerequisite in nodes[key].prerequisites:
-            before = nodes.get(prerequisite)
-            if before is None or before.state != "pending":
-                continue  # stopped prerequisites are already in `hard`
-            if prerequisite in blockers_of:
-                if prerequisite not in relevant:
-                    relevant.add(prerequisite)
-                    stack.append(prerequisite)
-            elif (
-                key not in seeds
-                and prerequisite not in keys
-                and _was_blocked(nodes, prerequisite, previous, outside)
-            ):
-                seeds.add(key)
+    relevant: Collection[str]
+    seeds: set[str]
+    if previous is None:
+        # The whole run: spread from the real causes over every pending task.
+        relevant, seeds = blockers_of.keys(), set(hard)
+    else:
+        relevant, seeds = _deciders(nodes, keys, groups, hard, blockers_of, previous)
 
     dependants_of: dict[str, list[str]] = {}
     for key in relevant:
@@ -392,6 +374,43 @@ def _transaction_barred(
             if count - (key in own) > 0:
                 barred.append(key)
     return barred
+
+
+def _deciders(
+    nodes: Mapping[str, TaskNode],
+    keys: Collection[str],
+    groups: Mapping[str, list[str]],
+    hard: set[str],
+    blockers_of: Mapping[str, list[str]],
+    previous: Mapping[str, Collection[str]],
+) -> tuple[set[str], set[str]]:
+    """The tasks of a region that can decide its barriers (the members and their pending
+    ancestors in the region), and those among them blocked by a cause of their own."""
+    relevant: set[str] = set()
+    stack = [key for group in groups.values() for key in group]
+    relevant.update(stack)
+    seeds: set[str] = set()
+    outside: dict[str, bool] = {}
+    while stack:
+        key = stack.pop()
+        if key in hard:
+            seeds.add(key)
+            continue  # blocked by its own cause, whatever its prerequisites are
+        for prerequisite in nodes[key].prerequisites:
+            before = nodes.get(prerequisite)
+            if before is None or before.state != "pending":
+                continue  # stopped prerequisites are already in `hard`
+            if prerequisite in blockers_of:
+                if prerequisite not in relevant:
+                    relevant.add(prerequisite)
+                    stack.append(prerequisite)
+            elif (
+                key not in seeds
+                and prerequisite not in keys
+                and _was_blocked(nodes, prerequisite, previous, outside)
+            ):
+                seeds.add(key)
+    return relevant, seeds
 
 
 def _was_blocked(
