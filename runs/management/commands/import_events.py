@@ -89,19 +89,20 @@ def read(fleet: Fleet, content: bytes, report: Report) -> list[Line]:
             report.fail(number, [{"loc": "body", "msg": msg}])
             continue
         name = raw.get("agent")
+        agent = agents.get(name) if isinstance(name, str) else None
         errors = []
         if not isinstance(name, str) or not name:
             errors.append({"loc": "agent", "msg": "required: the name of the agent that sent it"})
-        elif name not in agents:
+        elif agent is None:
             errors.append({"loc": "agent", "msg": f"no agent {name!r} in fleet {fleet.name!r}"})
         try:
             _, data = parse(raw)
         except Invalid as exc:
             errors += exc.errors
-        if errors:
+        if errors or agent is None:
             report.fail(number, errors)
             continue
-        lines.append(Line(number, body, raw, agents[name], getattr(data, "run", None)))
+        lines.append(Line(number, body, raw, agent, getattr(data, "run", None)))
     return lines
 
 
