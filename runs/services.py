@@ -5,6 +5,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Max
 
 from fleet.events import (
@@ -250,7 +251,7 @@ def posted_reason(evidence: EvidenceIn | None, *, imported: bool) -> str:
 
 def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
     run = run_for(context, data.run)
-    task = task_for(run, data.task)
+    task = task_for(run, data.task, lock=False)  # posting a claim does not change the task
     if Claim.objects.filter(run=run, key=data.claim.key).exists():
         raise Invalid(
             [error("data.claim.key", f"claim {data.claim.key!r} was already posted")], 409
@@ -276,20 +277,34 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
         if not checkable:
             row.verdict, row.verdict_reason = Claim.Status.UNVERIFIED, AGENT_TEXT
             row.save(update_fields=["verdict", "verdict_reason"])
+    consumers = declared_consumers(run, claim.key)
     # Tasks already running that declared this claim consumed it from its first moment.
-    for consumer in Task.objects.filter(run=run, state=Task.State.RUNNING).exclude(pk=task.pk):
-        if claim.key in consumer.consumes:
-            ClaimUse.objects.get_or_create(claim=claim, task=consumer, defaults={"at": context.at})
+    ClaimUse.objects.bulk_create(
+        [
+            ClaimUse(claim=claim, task_id=pk, at=context.at)
+            for pk, _, state in consumers
+            if state == Task.State.RUNNING and pk != task.pk
+        ],
+        ignore_conflicts=True,
+    )
     if claim.verification_pending:
         scheduler.verify_after_commit(claim)
-    scheduler.mark_changed(run, consumers_of(run, claim.key))
+    scheduler.mark_changed(run, [key for _, key, _ in consumers])
     return {"run": run.key, "claim": claim.key, "status": claim.status, "reason": reason}
 
 
+def declared_consumers(run: Run, key: str) -> list[tuple[int, str, str]]:
+    """(id, key, state) of the run's tasks that declare they consume claim `key`."""
+    tasks = Task.objects.filter(run=run)
+    if connection.vendor == "postgresql":  # jsonb containment, filtered in the database
+        rows = tasks.filter(consumes__contains=[key]).values_list("pk", "key", "state")
+        return list(rows)
+    rows = tasks.values_list("pk", "key", "state", "consumes")
+    return [(pk, k, state) for pk, k, state, consumes in rows if key in consumes]
+
+
 def consumers_of(run: Run, key: str) -> list[str]:
-    return [
-        t.key for t in Task.objects.filter(run=run).only("key", "consumes") if key in t.consumes
-    ]
+    return [k for _, k, _ in declared_consumers(run, key)]
 
 
 def record_checker_use(claim: Claim, task: Task, at: Any) -> None:
