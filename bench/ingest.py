@@ -33,9 +33,12 @@ def sh(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str
     return done.stdout
 
 
-def packet(i: int) -> dict:
+TASKS = 20_000
+
+
+def packet(i: int, task: str = "t0") -> dict:
     return {
-        "task": "t",
+        "task": task,
         "tried": [
             f"attempt {n}: re-ran the migration with a narrower scope and checked the schema"
             for n in range(8)
@@ -111,11 +114,11 @@ def main() -> None:
             headers["content-type"] = "application/json"
             return body, headers
 
-        tasks = [{"key": "t", "agent": "a"}]
-        httpx.post(
-            url, content=(b := signed("run.started", {"run": "r", "tasks": tasks}))[0], headers=b[1]
-        )
-        sample = signed("packet.submitted", {"run": "r", "task": "t", "packet": packet(0)})[0]
+        # One task per packet, as in a real fleet: a packet is how one task stops.
+        tasks = [{"key": f"t{i}", "agent": "a"} for i in range(TASKS)]
+        started = signed("run.started", {"run": "r", "tasks": tasks})
+        httpx.post(url, content=started[0], headers=started[1], timeout=600).raise_for_status()
+        sample = signed("packet.submitted", {"run": "r", "task": "t0", "packet": packet(0)})[0]
         latencies: list[float] = []
         errors = [0]
         lock = threading.Lock()
@@ -127,9 +130,11 @@ def main() -> None:
             with httpx.Client() as client:
                 while time.monotonic() < stop:
                     n += 1
+                    own = f"t{(worker * 100_003 + n) % TASKS}"
                     if n % 2:
                         body, headers = signed(
-                            "packet.submitted", {"run": "r", "task": "t", "packet": packet(n)}
+                            "packet.submitted",
+                            {"run": "r", "task": own, "packet": packet(n, own)},
                         )
                     else:
                         claim = {
@@ -137,7 +142,7 @@ def main() -> None:
                             "statement": "customers has customer_tier " * 20,
                         }
                         body, headers = signed(
-                            "claim.posted", {"run": "r", "task": "t", "claim": claim}
+                            "claim.posted", {"run": "r", "task": own, "claim": claim}
                         )
                     began = time.perf_counter()
                     response = client.post(url, content=body, headers=headers)
