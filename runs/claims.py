@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from runs import retries, scheduler
 from runs.evidence import HUMAN_ANSWER, payload_hash
-from runs.models import Claim, Evidence, Run
+from runs.models import Claim, Evidence
 from runs.services import consumers_of
 
 VERDICTS = (Claim.Status.VERIFIED, Claim.Status.REFUTED)
@@ -18,9 +18,9 @@ def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Cl
     """A reviewer verifies or refutes a claim; the verdict is final (no verifier overturns it)."""
     if verdict not in VERDICTS:
         raise ValueError(f"a reviewer's verdict is verified or refuted, not {verdict!r}")
-    # The run first, then the claim: the order every claim service locks in.
-    run = Run.objects.select_for_update().get(pk=claim.run_id)
-    claim = Claim.objects.select_for_update().get(pk=claim.pk)
+    # Only the claim is locked: events do not lock the run row, and neither does this.
+    claim = Claim.objects.select_for_update(of=("self",)).select_related("run").get(pk=claim.pk)
+    run = claim.run
     was = claim.status
     now = timezone.now()
     who = f"reviewer:{reviewer.get_username()}"

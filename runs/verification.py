@@ -1,8 +1,8 @@
 """Verifying a claim's evidence with the fleet's sources, and recording what reality said.
 
 The verifiers run outside any transaction (they touch databases, files, hosts and commands, and
-may take seconds); their verdicts are then recorded in one transaction that locks the run and the
-claim, judges only evidence nobody has judged yet, and asks the scheduler to recompute the claim's
+may take seconds); their verdicts are then recorded in one transaction that locks the claim,
+judges only evidence nobody has judged yet, and asks the scheduler to recompute the claim's
 consumers. Running twice is harmless: the second run finds nothing left to judge.
 
 Two kinds of evidence reach the verifier:
@@ -31,7 +31,7 @@ from django.utils import timezone
 from fleet.models import VerificationSource
 from runs import retries, scheduler
 from runs.evidence import HUMAN_ANSWER, payload_hash
-from runs.models import Claim, Evidence, Run
+from runs.models import Claim, Evidence
 from runs.services import consumers_of
 from runs.verifiers import DEFAULT_LIMITS, Limits, Sources, Verdict, verify
 
@@ -114,12 +114,16 @@ class Change:
 @transaction.atomic
 def record(claim_id: int, verdicts: dict[int, Verdict]) -> Claim | None:
     """Write the verdicts of `verdicts` (evidence id -> verdict) in one transaction."""
-    head = Claim.objects.filter(pk=claim_id).values_list("run_id", flat=True).first()
-    if head is None:
+    # Only the claim is locked: events do not lock the run row, and neither does this.
+    claim = (
+        Claim.objects.select_for_update(of=("self",))
+        .select_related("run")
+        .filter(pk=claim_id)
+        .first()
+    )
+    if claim is None:
         return None
-    # The run first, then the claim: the order every claim service locks in.
-    run = Run.objects.select_for_update().get(pk=head)
-    claim = Claim.objects.select_for_update().select_related("task").get(pk=claim_id)
+    run = claim.run
     was = claim.status
     now = timezone.now()
     reality: list[dict[str, Any]] = []

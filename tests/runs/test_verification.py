@@ -467,8 +467,23 @@ def test_the_admin_refutes_a_claim_by_hand(client, seed, handed_over):
 def test_a_real_worker_verifies_a_posted_claim_after_commit_and_releases_the_consumer(
     worker, client, seed, orders
 ):
-    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS))
+    def ready(key: str) -> bool:
+        return Task.objects.get(key=key).ready
 
+    # As an agent does: start a task once it is reported ready (the frontier is the worker's).
+    planner = seed.planner
+    assert planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}).status_code == 202
+    eventually(lambda: ready("plan"))
+    assert start(planner, "plan").status_code == 202
+    evidence = orders.columns_evidence(REAL_COLUMNS)
+    claim = {"key": "plan.customer-tier", "statement": INVENTED, "evidence": evidence}
+    posted = planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
+    assert posted.json()["reason"] == "waiting for a verifier"
+    finished = {"run": RUN, "task": "plan", "outcome": "succeeded"}
+    assert planner.post("task.finished", finished).status_code == 202
+    eventually(lambda: ready("confirm-schema"))
+
+    claim = Claim.objects.get()
     eventually(lambda: Claim.objects.get(pk=claim.pk).status == "verified")
     eventually(lambda: Task.objects.get(key="discount-resolver").ready)
     frontier = seed.get(client, f"/api/v1/runs/{RUN}/frontier").json()
@@ -541,7 +556,8 @@ def test_dangerous_evidence_is_refused_with_a_reason_and_nothing_runs(
         ),
     }
     seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
-    seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
+    eventually(lambda: Task.objects.get(key="plan").ready)
+    assert start(seed.planner, "plan").status_code == 202
     for key, (kind, source, payload, _) in dangerous.items():
         evidence = {
             "kind": kind,
