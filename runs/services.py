@@ -299,8 +299,8 @@ def declared_consumers(run: Run, key: str) -> list[tuple[int, str, str]]:
     if connection.vendor == "postgresql":  # jsonb containment, filtered in the database
         rows = tasks.filter(consumes__contains=[key]).values_list("pk", "key", "state")
         return list(rows)
-    rows = tasks.values_list("pk", "key", "state", "consumes")
-    return [(pk, k, state) for pk, k, state, consumes in rows if key in consumes]
+    every = tasks.values_list("pk", "key", "state", "consumes")
+    return [(pk, k, state) for pk, k, state, consumes in every if key in consumes]
 
 
 def consumers_of(run: Run, key: str) -> list[str]:
