@@ -198,3 +198,26 @@ def test_an_unknown_fleet_or_an_unreadable_file_is_refused(seed, tmp_path):
         import_file(ALL_GREEN_RUN, fleet="ghost")
     with pytest.raises(CommandError, match=r"cannot read .*nowhere.jsonl: No such file"):
         import_file(tmp_path / "nowhere.jsonl")
+
+
+def test_a_line_over_the_webhooks_size_limit_is_refused(seed, tmp_path, settings):
+    settings.WEBHOOK_MAX_BODY_BYTES = 300
+
+    message, printed = failing_import(write(tmp_path, lines_of()))
+
+    assert message.startswith("line 1: body: larger than the limit of 300 bytes")
+    assert not Event.objects.exists()
+
+
+def test_an_imported_check_citing_another_agent_is_recorded_but_changes_nothing(seed, tmp_path):
+    envelopes = lines_of()
+    check = envelopes[-1]
+    check["data"]["evidence"] = {**check["data"]["evidence"], "source": "agent:coder-a"}
+
+    printed = import_file(write(tmp_path, envelopes))
+
+    assert printed["errors"] == []
+    claim = Claim.objects.get(key="plan.customer-tier")
+    assert claim.status == "unverified" and claim.checked_at is None
+    row = claim.evidence.get(role="check")
+    assert row.verdict_reason == "not accepted: another agent's text is not evidence"

@@ -443,20 +443,22 @@ def test_a_reviewers_verdict_is_verified_or_refuted(seed, alice):
     assert not Evidence.objects.exists()
 
 
-def test_the_admin_refutes_a_claim_by_hand(client, seed, handed_over):
+@pytest.mark.parametrize(
+    ("action", "status", "handovers"),
+    [("refute_by_hand", "refuted", 1), ("verify_by_hand", "verified", 0)],
+)
+def test_the_admin_checks_a_claim_by_hand(client, seed, handed_over, action, status, handovers):
     claim = plan_posts(seed)
     get_user_model().objects.create_superuser("root", password="pw")
     client.login(username="root", password="pw")
 
-    response = client.post(
-        "/admin/runs/claim/",
-        {"action": "refute_by_hand", "_selected_action": [claim.pk]},
-    )
+    response = client.post("/admin/runs/claim/", {"action": action, "_selected_action": [claim.pk]})
 
     assert response.status_code == 302
     claim.refresh_from_db()
-    assert (claim.status, claim.checked_by) == ("refuted", "reviewer:root")
-    assert len(handed_over) == 1
+    assert (claim.status, claim.checked_by) == (status, "reviewer:root")
+    assert Evidence.objects.get(claim=claim).kind == "human_answer"
+    assert len(handed_over) == handovers
 
 
 # With the real worker -------------------------------------------------------------------------
