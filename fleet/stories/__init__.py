@@ -34,6 +34,7 @@ class Story:
     agents: tuple[tuple[str, str, bool], ...]  # (name, role, orchestrator)
     steps: tuple[Step, ...] = field(default_factory=tuple)
     start: datetime = BASE
+    tools: tuple[str, ...] = ()  # agents that are deterministic tools
 
 
 class StoryError(Exception):
@@ -101,4 +102,10 @@ def ensure_agents(fleet: Fleet, story: Story) -> None:
 
     for name, role, orchestrator in story.agents:
         if not Agent.objects.filter(fleet=fleet, name=name).exists():
-            services.agent_create(fleet=fleet, name=name, role=role, orchestrator=orchestrator)
+            services.agent_create(
+                fleet=fleet,
+                name=name,
+                role=role,
+                orchestrator=orchestrator,
+                tool=name in story.tools,
+            )
