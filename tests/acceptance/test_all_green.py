@@ -1,0 +1,73 @@
+"""Story 1 (seeds/000): the all-green run as it happened, and replayed with containment on."""
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from escalations.models import Escalation
+from fleet import services
+from fleet.stories import all_green, play
+from runs.models import Attempt, Decision, Task
+from tests.acceptance.conftest import api, fleet_for
+from tests.conftest import eventually
+
+pytestmark = [pytest.mark.postgres, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+STORY = all_green.STORY
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    fleet = fleet_for(STORY, callback_url="http://127.0.0.1:9/unreachable")
+    all_green.build_orders(tmp_path / "orders.sqlite3")
+    services.source_add(
+        fleet=fleet, kind="datasource", name="orders", value=str(tmp_path / "orders.sqlite3")
+    )
+    return fleet
+
+
+def radius(body: dict, key: str) -> dict:
+    return next(c for c in body["claims"] if c["key"] == key)["blast_radius"]
+
+
+def test_the_past_run_travelled_3_agents_4_prs_and_40_minutes(worker, client, fleet):
+    all_green.ensure_imported_agents(fleet)
+    out = io.StringIO()
+    call_command("import_events", fleet.name, str(all_green.IMPORTED), stdout=out)
+    assert json.loads(out.getvalue())["errors"] == []
+    body = api(client, fleet, "/runs/tier-discounts")
+    found = radius(body, "plan.customer-tier")
+    assert (found["agents"], found["artifacts"], round(found["minutes"])) == (3, 4, 40)
+
+
+def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_second_failure(
+    worker, client, http, fleet
+):
+    play(fleet, STORY, range(all_green.REFUTED + 1), transport=http)
+    # The schema agent's query, re-run against the order database, refutes the invented column.
+    eventually(lambda: Decision.objects.filter(task__key="plan", action="reframe").exists())
+    reframe = Decision.objects.get(task__key="plan", action="reframe")
+    assert all_green.REAL_COLUMNS[-1] in json.dumps(reframe.ground_truth)
+    context = api(client, fleet, f"/runs/{all_green.RUN}/tasks/plan/context")
+    assert context["decision"] == "reframe"
+    assert "loyalty_points" in json.dumps(context["ground_truth"])
+
+    play(fleet, STORY, range(all_green.REFUTED + 1, all_green.TIER_TABLE + 1), transport=http)
+    # No coder started on the bad plan.
+    assert not Attempt.objects.filter(task__agent__name__startswith="coder").exists()
+    body = api(client, fleet, f"/runs/{all_green.RUN}")
+    found = radius(body, all_green.CLAIM)
+    assert (found["agents"], found["artifacts"], round(found["minutes"])) == (1, 0, 2)
+
+    # The reframed plan's claim is refuted too: two differently prompted failures agree.
+    eventually(lambda: Escalation.objects.filter(task__key="plan").exists())
+    play(fleet, STORY, [len(STORY.steps) - 1], transport=http)
+    escalation = Escalation.objects.get(task__key="plan")
+    assert escalation.status == "open"
+    assert escalation.packet.smallest_unblocking_question.startswith("Where does a customer's tier")
+    assert Decision.objects.filter(task__key="plan", action="escalate").exists()
+    assert Task.objects.get(key="plan").state == "escalated"
+    for coder_task in ("discount-resolver", "api-change"):
+        task = next(t for t in body["tasks"] if t["key"] == coder_task)
+        assert f"claim:{all_green.CLAIM}" in task["blockers"]
