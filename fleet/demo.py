@@ -1,89 +1,74 @@
-"""The demo fleet: agents, members and runs, posted through the real intake (idempotent)."""
+"""The demo fleet: the seeds' three stories played through the signed intake (idempotent)."""
 
-import json
-import uuid
-from datetime import UTC, datetime, timedelta
+import io
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.core.management import call_command
 
-from fleet import intake, services
-from fleet.models import Agent, Fleet, Membership
+from fleet import services
+from fleet.celery import app as celery_app
+from fleet.models import Fleet, Membership
+from fleet.stories import Story, all_green, ensure_agents, forge_outage, hung_test_run, play
+from runs.models import Run
 
 FLEET = "demo"
-AGENTS = [
-    ("orchestrator", "orchestration", True),
-    ("planner", "planning", False),
-    ("schema-agent", "schema", False),
-    ("coder-1", "coding", False),
-    ("coder-2", "coding", False),
-]
+STORIES: tuple[tuple[Story, str], ...] = (
+    (all_green.STORY, all_green.RUN),
+    (forge_outage.STORY, forge_outage.RUN),
+    (hung_test_run.STORY, hung_test_run.RUN),
+)
 
 
-def post(agent: Agent, type: str, data: dict[str, Any], *, key: str, at: datetime) -> intake.Reply:
-    """Apply an event as the agent would post it; the key makes reloading idempotent."""
-    envelope = {"type": type, "timestamp": at.isoformat(), "data": data}
-    body = json.dumps(envelope, sort_keys=True).encode()
-    webhook_id = "demo_" + uuid.uuid5(uuid.NAMESPACE_URL, f"{FLEET}/{key}").hex
-    return intake.apply(agent=agent, webhook_id=webhook_id, body=body, raw=envelope)
-
-
-@transaction.atomic
 def fleet_and_people() -> Fleet:
     fleet = services.fleet_create(name=FLEET)
-    for name, role, orchestrator in AGENTS:
-        if not Agent.objects.filter(fleet=fleet, name=name).exists():
-            services.agent_create(fleet=fleet, name=name, role=role, orchestrator=orchestrator)
+    for story, _ in STORIES:
+        ensure_agents(fleet, story)
+    all_green.ensure_imported_agents(fleet)
     for username, role in (
         ("reviewer", Membership.Role.REVIEWER),
         ("manager", Membership.Role.MANAGER),
     ):
         services.member_add(username=username, fleet=fleet, role=role)
+    demo_dir = settings.VAR_DIR / "demo"
+    all_green.build_orders(demo_dir / "orders.sqlite3")
+    all_green.build_workspace(demo_dir / "pricing")
+    services.source_add(
+        fleet=fleet, kind="datasource", name="orders", value=str(demo_dir / "orders.sqlite3")
+    )
+    services.source_add(
+        fleet=fleet, kind="workspace", name="pricing", value=str(demo_dir / "pricing")
+    )
     return fleet
 
 
 def load() -> dict[str, Any]:
+    """Load what is missing; a story whose run exists is left as it is."""
     fleet = fleet_and_people()
-    orchestrator = Agent.objects.get(fleet=fleet, name="orchestrator")
-    at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-    tasks = [
-        {"key": "plan", "agent": "planner", "title": "Plan the change"},
-        {
-            "key": "schema",
-            "agent": "schema-agent",
-            "prerequisites": ["plan"],
-            "title": "Check the schema",
+    imported = io.StringIO()
+    call_command("import_events", FLEET, str(all_green.IMPORTED), stdout=imported)
+    # Agents' follow-ups (verification, the retry policy) happen inline, in story order.
+    eager = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        played = []
+        for story, run in STORIES:
+            if not Run.objects.filter(fleet=fleet, key=run).exists():
+                play(fleet, story)
+                played.append(story.name)
+    finally:
+        celery_app.conf.task_always_eager = eager
+    return {
+        "fleet": fleet.name,
+        "runs": sorted(Run.objects.filter(fleet=fleet).values_list("key", flat=True)),
+        "played": played,
+        "look_at": {
+            "queue": "/escalations/",
+            "all-green replay": f"/runs/{all_green.RUN}/",
+            "past all-green run": "/runs/tier-discounts/",
+            "forge outage": f"/runs/{forge_outage.RUN}/",
+            "hung test run": f"/runs/{hung_test_run.RUN}/",
+            "capabilities": "/capabilities/",
+            "reports": "/reports/",
         },
-        {
-            "key": "code-1",
-            "agent": "coder-1",
-            "prerequisites": ["schema"],
-            "capabilities": ["forge"],
-        },
-        {
-            "key": "code-2",
-            "agent": "coder-2",
-            "prerequisites": ["schema"],
-            "capabilities": ["forge"],
-        },
-    ]
-    post(
-        orchestrator,
-        "run.started",
-        {"run": "demo-1", "title": "A first run", "tasks": tasks},
-        key="demo-1",
-        at=at,
-    )
-    post(
-        orchestrator,
-        "task.started",
-        {
-            "run": "demo-1",
-            "task": "plan",
-            "agent": "planner",
-            "attempt": {"prompt_hash": "p1", "context_hash": "c1"},
-        },
-        key="demo-1/plan/start",
-        at=at + timedelta(minutes=1),
-    )
-    return {"fleet": fleet.name, "runs": ["demo-1"], "agents": [name for name, _, _ in AGENTS]}
+    }

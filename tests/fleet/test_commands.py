@@ -74,6 +74,7 @@ def test_source_add_registers_a_verification_source():
     assert VerificationSource.objects.get().value == "/srv/repo"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_demo_is_idempotent_and_prints_a_login(settings, tmp_path):
     settings.VAR_DIR = tmp_path
     first = run_command("demo")
@@ -83,3 +84,27 @@ def test_demo_is_idempotent_and_prints_a_login(settings, tmp_path):
     user = get_user_model().objects.get(username="reviewer")
     assert user.check_password(first["login"]["reviewer"])
     assert Run.objects.filter(fleet__name="demo").count() == len(first["runs"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_loads_the_three_stories_as_the_app_computes_them(settings, tmp_path):
+    from escalations.models import Escalation
+    from fleet.stories import hung_test_run
+    from runs.models import Blocker, Task
+
+    settings.VAR_DIR = tmp_path
+    printed = run_command("demo")
+    assert {
+        "tier-discounts",
+        "tier-discounts-replay",
+        "repository-init",
+        "implement-issue-302",
+    } <= set(printed["runs"])
+    waiting = Escalation.objects.get(run__key="tier-discounts-replay", status="open")
+    assert waiting.packet.smallest_unblocking_question.startswith("Where does a customer's tier")
+    failed = Run.objects.get(key=hung_test_run.RUN)
+    assert failed.state == "failed" and failed.cause.startswith(hung_test_run.CAUSE_PREFIX)
+    local = Task.objects.filter(run__key="repository-init", state="succeeded").count()
+    assert local == 4
+    assert not Blocker.objects.filter(code="capability:forge", cleared_at=None).exists()
+    assert Blocker.objects.filter(code="capability:forge").count() == 4

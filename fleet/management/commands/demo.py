@@ -39,5 +39,7 @@ class Command(BaseCommand):
         summary["login"] = {name: credentials[name] for name in ("reviewer", "manager")}
         if quiet:
             self.stdout.write(text.read_text().strip())
+            for what, path in summary["look_at"].items():
+                self.stdout.write(f"  {what}: {settings.SITE_URL.rstrip('/')}{path}")
         else:
             emit(self, summary)
