@@ -1,10 +1,12 @@
 """Reads of the work: a run as the API and the run page show it."""
 
+from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from runs.models import Blocker, Claim, Decision, Prerequisite, ProgressLine, Run, Task
+from runs.models import Attempt, Blocker, Claim, Decision, Prerequisite, ProgressLine, Run, Task
+from runs.policy import failure_cause
 
 
 def runs_visible(fleet_ids: list[int]) -> QuerySet[Run]:
@@ -64,19 +66,80 @@ def claim_rows(run: Run) -> list[dict[str, Any]]:
     ]
 
 
+def killed_records(run: Run, *, until: datetime | None = None) -> list[tuple[str, tuple[str, ...]]]:
+    """The run's carry-on records, oldest first, as (task, killed background work)."""
+    lines = ProgressLine.objects.filter(run=run).select_related("task")
+    if until is not None:
+        lines = lines.filter(created_at__lte=until)
+    return [(p.task.key if p.task else "", tuple(p.killed)) for p in lines if p.killed]
+
+
+def attempt_cause(task: str, attempt: Attempt) -> str:
+    """A failed attempt's own cause, before any killed background work is named ahead of it."""
+    what = (
+        attempt.failure_message.strip()
+        or attempt.failure_signature
+        or f"a {attempt.failure_kind or 'reported'} failure"
+    )
+    return f"{task}: {what}"
+
+
+def undecided_attempts() -> QuerySet[Attempt]:
+    """Finished attempts the retry policy still owes a decision (a lost message, or one in flight).
+
+    Only a task's latest attempt of a live, recorded (not imported) run: an attempt that failed,
+    or one that succeeded with killed background work (its outcome stands only once decided).
+    """
+    return (
+        Attempt.objects.filter(task__run__state=Run.State.RUNNING, task__run__imported=False)
+        .filter(
+            Q(outcome=Attempt.Outcome.FAILED)
+            | (Q(outcome=Attempt.Outcome.SUCCEEDED) & ~Q(background_killed=[]))
+        )
+        .filter(~Exists(Decision.objects.filter(attempt=OuterRef("pk"))))
+        .filter(
+            ~Exists(Attempt.objects.filter(task=OuterRef("task"), number__gt=OuterRef("number")))
+        )
+    )
+
+
 def decision_rows(run: Run) -> list[dict[str, Any]]:
-    return [
-        {
-            "task": d.task.key,
-            "attempt": d.attempt.number if d.attempt else None,
-            "action": d.action,
-            "reason": d.reason,
-            "not_before": d.not_before,
-            "reroute_to": d.reroute_to or None,
-            "at": d.created_at,
-        }
-        for d in Decision.objects.filter(run=run).select_related("task", "attempt")
-    ]
+    """The run's timeline: every decision with its reason, and the full cause of a failure."""
+    lines = list(ProgressLine.objects.filter(run=run).select_related("task"))
+    rows = []
+    for d in Decision.objects.filter(run=run).select_related("task", "attempt"):
+        cause = None
+        if d.action == Decision.Action.ABORT and run.cause:
+            cause = run.cause
+        elif (
+            d.attempt is not None
+            and d.attempt.outcome == Attempt.Outcome.FAILED
+            and d.action not in (Decision.Action.RESUME, Decision.Action.CARRY_ON)
+        ):
+            killed = [
+                (p.task.key if p.task else "", tuple(p.killed))
+                for p in lines
+                if p.killed and p.created_at <= d.created_at
+            ]
+            cause = failure_cause(killed=killed, cause=attempt_cause(d.task.key, d.attempt))
+        rows.append(
+            {
+                "id": d.pk,
+                "task": d.task.key,
+                "attempt": d.attempt.number if d.attempt else None,
+                "action": d.action,
+                "reason": d.reason,
+                "cause": cause,
+                "not_before": d.not_before,
+                "ground_truth": d.ground_truth,
+                "scope": d.scope or None,
+                "reroute_to": d.reroute_to or None,
+                "trip_capability": d.trip_capability or None,
+                "at": d.created_at,
+                "acted_at": d.acted_at,
+            }
+        )
+    return rows
 
 
 def run_detail(run: Run) -> dict[str, Any]:
@@ -93,7 +156,12 @@ def run_detail(run: Run) -> dict[str, Any]:
         "claims": claim_rows(run),
         "decisions": decision_rows(run),
         "progress": [
-            {"task": p.task.key if p.task else None, "text": p.text, "at": p.created_at}
+            {
+                "task": p.task.key if p.task else None,
+                "text": p.text,
+                "killed": p.killed,
+                "at": p.created_at,
+            }
             for p in ProgressLine.objects.filter(run=run).select_related("task")
         ],
     }

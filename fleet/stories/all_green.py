@@ -12,6 +12,7 @@ escalates with the seed's failure packet, whose question waits for a reviewer.
 import sqlite3
 from pathlib import Path
 
+from fleet.models import Agent, Fleet
 from fleet.stories import Step, Story
 from runs.evidence import payload_hash, query_result_payload
 
@@ -146,10 +147,9 @@ REFUTED = 5
 TIER_TABLE = 9
 
 
-def ensure_imported_agents(fleet: object) -> None:
+def ensure_imported_agents(fleet: "Fleet") -> None:
     from fleet import services
-    from fleet.models import Agent
 
     for name in IMPORTED_AGENTS:
         if not Agent.objects.filter(fleet=fleet, name=name).exists():
-            services.agent_create(fleet=fleet, name=name)  # type: ignore[arg-type]
+            services.agent_create(fleet=fleet, name=name)
