@@ -1,15 +1,20 @@
-"""Reads of the human desk: blast radius of a run's claims and the coverage of its handoffs."""
+"""Reads of the human desk: the queue, a packet, blast radius and the coverage of handoffs."""
 
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
-from django.db.models import Count
+from django.db import connection
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from escalations import blast_radius as rule
-from runs.models import Claim, ClaimUse, Evidence, Prerequisite, Run, Task
+from escalations.models import Answer, Escalation, FailurePacket
+from fleet.models import Agent, Capability, Delivery, Fleet, Membership
+from runs.models import Artifact, Claim, ClaimUse, Decision, Evidence, Prerequisite, Run, Task
 
 
 def claim_facts(
@@ -157,3 +162,393 @@ def handoffs_for_fleet(
         for h in found
     ]
     return sorted(rows, key=lambda r: (r["fleet"], r["producer"], r["consumer"]))
+
+
+# The queue, the packet page and the reports: what reviewers and managers read.
+
+PAGE_SIZE = 50
+COUNT_CAP = 1000  # "1,000+ waiting": counting past it costs more than it tells a reviewer
+QUEUE_STATUSES = {
+    "waiting": "Waiting (open or claimed)",
+    "open": "Open (nobody on it)",
+    "claimed": "Claimed",
+    "answered": "Answered",
+    "returned": "Returned",
+    "closed": "Closed",
+    "all": "All",
+}
+SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A position in the queue: the opened_at and id of the row next to it (keyset pagination)."""
+
+    opened_at: datetime
+    id: int
+
+    def __str__(self) -> str:
+        return f"{self.opened_at.isoformat()}_{self.id}"
+
+    @classmethod
+    def parse(cls, value: str) -> "Cursor | None":
+        at, _, pk = value.rpartition("_")
+        try:
+            opened_at = datetime.fromisoformat(at)
+            number = int(pk)
+        except ValueError:
+            return None
+        if opened_at.tzinfo is None:
+            return None
+        return cls(opened_at, number)
+
+
+@dataclass(frozen=True)
+class QueueQuery:
+    """The queue's filters, sort and place, as they are kept in the URL."""
+
+    status: str = "waiting"
+    fleet: str = ""
+    agent: str = ""
+    capability: str = ""
+    sort: str = "oldest"
+    after: Cursor | None = None
+    before: Cursor | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> "QueueQuery":
+        """Unknown values fall back to the defaults: a stale link still opens the queue."""
+        status = params.get("status", "waiting")
+        sort = params.get("sort", "oldest")
+        after = Cursor.parse(params.get("after", ""))
+        return cls(
+            status=status if status in QUEUE_STATUSES else "waiting",
+            fleet=params.get("fleet", "").strip()[:100],
+            agent=params.get("agent", "").strip()[:100],
+            capability=params.get("capability", "").strip()[:100],
+            sort=sort if sort in SORTS else "oldest",
+            after=after,
+            before=None if after else Cursor.parse(params.get("before", "")),
+        )
+
+    def params(self, *, place: bool = True, **changes: Any) -> str:
+        """The query string for this view of the queue (defaults left out)."""
+        query = replace(self, **changes)
+        values = {
+            "status": "" if query.status == "waiting" else query.status,
+            "fleet": query.fleet,
+            "agent": query.agent,
+            "capability": query.capability,
+            "sort": "" if query.sort == "oldest" else query.sort,
+        }
+        if place:
+            values["after"] = str(query.after) if query.after else ""
+            values["before"] = str(query.before) if query.before else ""
+        return urlencode({k: v for k, v in values.items() if v})
+
+
+@dataclass
+class QueuePage:
+    rows: list[dict[str, Any]]
+    waiting: int  # matching the filters, capped at COUNT_CAP + 1
+    next: Cursor | None
+    previous: Cursor | None
+
+    @property
+    def waiting_label(self) -> str:
+        return f"{COUNT_CAP:,}+" if self.waiting > COUNT_CAP else f"{self.waiting:,}"
+
+
+QUEUE_COLUMNS = (
+    "id",
+    "status",
+    "opened_at",
+    "claim_expires_at",
+    "claimed_by__username",
+    "reason",
+    "attempt_number",
+    "task__key",
+    "task__title",
+    "task__agent__name",
+    "run_id",
+    "run__key",
+    "fleet__name",
+    "packet__smallest_unblocking_question",
+)
+
+
+def visible_escalations(user: Any) -> QuerySet[Escalation]:
+    """Escalations of the fleets the person is a member of: nobody sees another fleet's."""
+    return Escalation.objects.filter(fleet__memberships__user_id=user.pk or 0)
+
+
+def member_fleet_ids(user: Any) -> list[int]:
+    return list(Membership.objects.filter(user_id=user.pk or 0).values_list("fleet_id", flat=True))
+
+
+def filtered_escalations(
+    *, fleet_ids: Sequence[int], query: QueueQuery, now: datetime
+) -> QuerySet[Escalation]:
+    found = Escalation.objects.filter(fleet_id__in=list(fleet_ids))
+    if query.status == "waiting":
+        found = found.filter(status__in=Escalation.OPEN_STATES)
+    elif query.status == "open":
+        # A claim that has expired is open again, whatever the row still says.
+        found = found.filter(
+            Q(status=Escalation.Status.OPEN)
+            | Q(status=Escalation.Status.CLAIMED, claim_expires_at__lte=now)
+        )
+    elif query.status == "claimed":
+        found = found.filter(status=Escalation.Status.CLAIMED, claim_expires_at__gt=now)
+    elif query.status != "all":
+        found = found.filter(status=query.status)
+    if query.fleet:
+        found = found.filter(fleet__name=query.fleet)
+    if query.agent:
+        found = found.filter(task__agent__name=query.agent)
+    if query.capability:
+        if connection.vendor == "postgresql":
+            found = found.filter(task__capabilities__contains=[query.capability])
+        else:  # SQLite has no JSON containment: match the quoted name in the stored list
+            found = found.filter(task__capabilities__icontains=json.dumps(query.capability))
+    return found
+
+
+def escalation_queue(
+    *, fleet_ids: Sequence[int], query: QueueQuery, now: datetime, limit: int = PAGE_SIZE
+) -> QueuePage:
+    """One page of the queue, oldest first by default, in two queries (rows and a capped count)."""
+    found = filtered_escalations(fleet_ids=fleet_ids, query=query, now=now)
+    newest = query.sort == "newest"
+    cursor = query.after or query.before
+    backwards = query.before is not None
+    if cursor is not None:
+        later = newest == backwards  # walking towards later rows
+        if later:
+            place = Q(opened_at__gt=cursor.opened_at) | Q(
+                opened_at=cursor.opened_at, id__gt=cursor.id
+            )
+        else:
+            place = Q(opened_at__lt=cursor.opened_at) | Q(
+                opened_at=cursor.opened_at, id__lt=cursor.id
+            )
+        page = found.filter(place)
+    else:
+        page = found
+    ascending = newest == backwards
+    order = ("opened_at", "id") if ascending else ("-opened_at", "-id")
+    rows = list(page.order_by(*order).values(*QUEUE_COLUMNS)[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if backwards:
+        rows.reverse()
+    for row in rows:
+        shown(row, now)
+    first = Cursor(rows[0]["opened_at"], rows[0]["id"]) if rows else None
+    last = Cursor(rows[-1]["opened_at"], rows[-1]["id"]) if rows else None
+    has_next = more if not backwards else True
+    has_previous = (more if backwards else cursor is not None) and bool(rows)
+    return QueuePage(
+        rows=rows,
+        waiting=found.values("id")[: COUNT_CAP + 1].count(),
+        next=last if has_next and rows else None,
+        previous=first if has_previous else None,
+    )
+
+
+def shown(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A queue row as a reviewer reads it: an expired claim is open again."""
+    claimed = row["status"] == Escalation.Status.CLAIMED and (
+        row["claim_expires_at"] is not None and row["claim_expires_at"] > now
+    )
+    row["claimed"] = claimed
+    if row["status"] == Escalation.Status.CLAIMED and not claimed:
+        row["status"] = Escalation.Status.OPEN
+    row["claimed_by"] = row["claimed_by__username"] if claimed else None
+    row["question"] = row["packet__smallest_unblocking_question"] or ""
+    row["age"] = now - row["opened_at"]
+    return row
+
+
+def queue_row(escalation_id: int, *, now: datetime) -> dict[str, Any] | None:
+    row = Escalation.objects.filter(pk=escalation_id).values(*QUEUE_COLUMNS).first()
+    return shown(row, now) if row else None
+
+
+def queue_choices(fleet_ids: Sequence[int]) -> dict[str, list[str]]:
+    """What the filters offer: the person's fleets, their agents and capabilities."""
+    ids = list(fleet_ids)
+    return {
+        "fleets": list(
+            Fleet.objects.filter(pk__in=ids).order_by("name").values_list("name", flat=True)
+        ),
+        "agents": sorted(
+            set(Agent.objects.filter(fleet_id__in=ids).values_list("name", flat=True))
+        ),
+        "capabilities": sorted(
+            set(Capability.objects.filter(fleet_id__in=ids).values_list("name", flat=True))
+        ),
+    }
+
+
+def claims_of_task(task: Task) -> list[Claim]:
+    """The claims a task posted, and those it consumed or declared it would."""
+    used = ClaimUse.objects.filter(task=task).values_list("claim_id", flat=True)
+    return list(
+        Claim.objects.filter(
+            Q(task=task) | Q(run_id=task.run_id, key__in=list(task.consumes)) | Q(pk__in=used)
+        )
+        .select_related("task")
+        .prefetch_related("evidence")
+        .order_by("posted_at", "id")
+    )
+
+
+def release_preview(escalation: Escalation) -> list[str]:
+    """The tasks an answer would release now (what `escalation_answer` will compute)."""
+    from escalations.services import released_by
+    from runs import scheduler
+
+    run = escalation.run
+    nodes = scheduler.nodes_for(run)
+    world = scheduler.world_for(run)
+    key = escalation.task.key
+    if key not in nodes:
+        return []
+    nodes[key] = replace(nodes[key], state="pending")
+    others = tuple(e for e in world.escalations.get(key, ()) if e != str(escalation.pk))
+    escalations = {k: v for k, v in world.escalations.items() if k != key}
+    if others:
+        escalations[key] = others
+    return released_by(nodes, replace(world, escalations=escalations), key)
+
+
+def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
+    """Everything the packet page shows, the question first."""
+    task = escalation.task
+    run = escalation.run
+    content = escalation.packet.content if escalation.packet else {}
+    if not isinstance(content, dict):
+        content = {}
+    claims = claims_of_task(task)
+    radii = radii_for(run, now=now) if claims else {}
+    claim_rows = [claim_view(c, radii.get(c.key)) for c in claims]
+    affected = sorted({k for c in claim_rows if c["radius"] for k in c["radius"]["tasks"]})
+    answer = Answer.objects.filter(escalation=escalation).select_related("reviewer").first()
+    is_open = escalation.status in Escalation.OPEN_STATES
+    if is_open and run.state == Run.State.RUNNING:
+        release = release_preview(escalation)
+    else:
+        release = list(answer.released) if answer else []
+    agents = dict(Task.objects.filter(run=run, key__in=release).values_list("key", "agent__name"))
+    return {
+        "question": content.get("smallest_unblocking_question") or "",
+        "tried": [str(t) for t in content.get("tried") or []],
+        "ruled_out": [r for r in content.get("ruled_out") or [] if isinstance(r, dict)],
+        "evidence": [e for e in content.get("evidence") or [] if isinstance(e, dict)],
+        "options": [str(o) for o in content.get("options") or []],
+        "claims": claim_rows,
+        "release": [{"key": k, "agent": agents.get(k, "")} for k in release],
+        "blast": {
+            "tasks": affected,
+            "agents": len(
+                set(
+                    Task.objects.filter(run=run, key__in=affected).values_list(
+                        "agent_id", flat=True
+                    )
+                )
+            ),
+            "artifacts": Artifact.objects.filter(task__run=run, task__key__in=affected).count(),
+            "minutes": max((c["radius"]["minutes"] for c in claim_rows if c["radius"]), default=0),
+        },
+        "answer": answer,
+        "history": history_of(escalation),
+        "reroute_to": list(
+            Agent.objects.filter(fleet_id=run.fleet_id)
+            .exclude(pk=task.agent_id)
+            .order_by("name")
+            .values("name", "role", "is_tool")
+        ),
+        "is_open": is_open,
+    }
+
+
+def claim_view(claim: Claim, radius: dict[str, Any] | None) -> dict[str, Any]:
+    evidence = list(claim.evidence.all())
+    posted = [e for e in evidence if e.role == Evidence.Role.POSTED]
+    checkable = [e for e in posted if not e.source.lower().lstrip().startswith("agent:")]
+    return {
+        "id": claim.pk,
+        "key": claim.key,
+        "statement": claim.statement,
+        "status": claim.status,
+        "reason": claim.status_reason,
+        "load_bearing": claim.load_bearing,
+        "producer": claim.task.key,
+        "pending": claim.verification_pending,
+        "checked_by": claim.checked_by,
+        "evidence": evidence,
+        "can_recheck": claim.status == Claim.Status.UNVERIFIED and bool(checkable),
+        "radius": radius,
+    }
+
+
+def history_of(escalation: Escalation) -> list[dict[str, Any]]:
+    """The task's story, oldest first: attempts, decisions, packets, escalations, deliveries."""
+    task = escalation.task
+    items: list[dict[str, Any]] = []
+    for a in task.attempts.select_related("agent").order_by("number"):
+        items.append(
+            {
+                "at": a.started_at,
+                "what": f"attempt {a.number} started",
+                "detail": f"{a.agent.name}, prompt {a.prompt_hash}, context {a.context_hash}",
+            }
+        )
+        if a.finished_at and a.outcome:
+            failure = " ".join(
+                x for x in (a.failure_kind, a.failure_signature, a.failure_message) if x
+            )
+            items.append(
+                {
+                    "at": a.finished_at,
+                    "what": f"attempt {a.number} {a.outcome}",
+                    "detail": failure,
+                }
+            )
+    for d in Decision.objects.filter(task=task).order_by("created_at", "id"):
+        items.append({"at": d.created_at, "what": f"decision: {d.action}", "detail": d.reason})
+    for p in FailurePacket.objects.filter(task=task).select_related("agent"):
+        items.append(
+            {
+                "at": p.submitted_at,
+                "what": f"packet from {p.agent.name}",
+                "detail": p.smallest_unblocking_question,
+            }
+        )
+    for e in Escalation.objects.filter(task=task).select_related("claimed_by").order_by("id"):
+        items.append({"at": e.opened_at, "what": f"escalation {e.pk} opened", "detail": e.reason})
+        if e.status not in Escalation.OPEN_STATES and e.acted_at:
+            who = e.claimed_by.get_username() if e.claimed_by else "someone"
+            detail = e.returned_reason if e.status == Escalation.Status.RETURNED else ""
+            items.append(
+                {
+                    "at": e.acted_at,
+                    "what": f"escalation {e.pk} {e.status} by {who}",
+                    "detail": detail,
+                }
+            )
+    for delivery in Delivery.objects.filter(
+        fleet_id=escalation.fleet_id,
+        payload__data__run=escalation.run.key,
+        payload__data__task=task.key,
+    ).order_by("created_at", "id")[:50]:
+        items.append(
+            {
+                "at": delivery.created_at,
+                "what": f"sent {delivery.type}",
+                "detail": f"{delivery.status}"
+                + (f" after {delivery.attempts} tries" if delivery.attempts > 1 else ""),
+            }
+        )
+    return sorted(items, key=lambda item: item["at"])

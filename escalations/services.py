@@ -1,14 +1,22 @@
-"""Writes of the human desk: packets in, escalations opened."""
+"""Writes of the human desk: packets in, escalations opened, and the reviewers' actions."""
 
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from escalations.models import Escalation, FailurePacket
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from escalations.models import Answer, Escalation, FailurePacket
 from escalations.packets import validate_packet
 from fleet.events import Invalid, PacketSubmitted, error
 from fleet.intake import Context
+from fleet.models import Agent
 from fleet.outbox import notify
-from runs import scheduler
-from runs.models import Attempt, Task
+from runs import frontier, policy, scheduler
+from runs.context import next_attempt
+from runs.evidence import HUMAN_ANSWER, payload_hash
+from runs.models import Attempt, Blocker, Claim, Decision, Evidence, ProgressLine, Run, Task
 from runs.services import run_for, task_for
 
 
@@ -69,3 +77,555 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
         )
     scheduler.mark_changed(run, [task.key])
     return {"run": run.key, "task": task.key, "escalation": escalation.pk}
+
+
+# The reviewer's actions (DESIGN 7): claim, answer, reroute, return, abort; and a re-check.
+
+CLAIM_MINUTES = 15
+PACKET_FIELDS = ("tried", "ruled_out", "evidence", "smallest_unblocking_question", "options")
+ANSWER_MAX_CHARS = 5_000
+NOTE_MAX_CHARS = 1_000
+
+
+class Refused(Exception):
+    """A desk action that cannot be taken now; the message tells the reviewer why and what next."""
+
+    def __init__(self, message: str, *, status: int = 409) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class AlreadyActed(Refused):
+    """Someone acted first: the message names who and when ("Answered by alice at ...")."""
+
+    def __init__(self, escalation: Escalation) -> None:
+        super().__init__(acted_message(escalation))
+        self.escalation = escalation
+
+
+@dataclass(frozen=True)
+class Answered:
+    answer: Answer
+    released: list[str]
+    blockers: list[str]  # what the reframed task still waits on, if anything
+
+
+def stamp(at: datetime) -> str:
+    return timezone.localtime(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def acted_message(escalation: Escalation) -> str:
+    who = escalation.claimed_by.get_username() if escalation.claimed_by else "someone"
+    when = stamp(escalation.acted_at) if escalation.acted_at else "an earlier time"
+    verb = {
+        Escalation.Status.ANSWERED: "Answered",
+        Escalation.Status.RETURNED: "Returned to the agent",
+        Escalation.Status.CLOSED: "Closed",
+    }.get(Escalation.Status(escalation.status), "Handled")
+    return f"{verb} by {who} at {when}"
+
+
+def claim_active(escalation: Escalation, now: datetime) -> bool:
+    return (
+        escalation.status == Escalation.Status.CLAIMED
+        and escalation.claim_expires_at is not None
+        and escalation.claim_expires_at > now
+    )
+
+
+def refuse_unless_open(escalation: Escalation, reviewer: Any, now: datetime) -> None:
+    if escalation.status not in Escalation.OPEN_STATES:
+        raise AlreadyActed(escalation)
+    if claim_active(escalation, now) and escalation.claimed_by_id != reviewer.pk:
+        assert escalation.claimed_by is not None and escalation.claim_expires_at is not None
+        raise Refused(
+            f"Claimed by {escalation.claimed_by.get_username()} until "
+            f"{stamp(escalation.claim_expires_at)}: ask them, or wait for the claim to expire."
+        )
+
+
+def lock_escalation(escalation_id: int) -> Escalation:
+    """Only the escalation row: claiming changes nothing in the run."""
+    return (
+        Escalation.objects.select_for_update(of=("self",))
+        .select_related("claimed_by", "fleet")
+        .get(pk=escalation_id)
+    )
+
+
+def lock_for_action(escalation_id: int) -> tuple[Run, Task, Escalation]:
+    """The run, then the task, then the escalation: the order the work's services lock in."""
+    run_id, task_id = Escalation.objects.values_list("run_id", "task_id").get(pk=escalation_id)
+    run = Run.objects.select_for_update(of=("self",)).select_related("fleet").get(pk=run_id)
+    task = Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
+    escalation = (
+        Escalation.objects.select_for_update(of=("self",))
+        .select_related("claimed_by", "packet")
+        .get(pk=escalation_id)
+    )
+    return run, task, escalation
+
+
+def close(escalation: Escalation, reviewer: Any, status: str, now: datetime) -> None:
+    """The escalation is done: the one who acted holds it for good (who and when are shown)."""
+    escalation.status = status
+    escalation.claimed_by = reviewer
+    escalation.claim_expires_at = None
+    escalation.acted_at = now
+    escalation.first_looked_at = escalation.first_looked_at or now
+    if status == Escalation.Status.CLOSED:
+        escalation.closed_at = now
+    escalation.save()
+
+
+def clear_escalation_blockers(run: Run, escalation: Escalation, now: datetime) -> None:
+    Blocker.objects.filter(
+        task__run=run, code=f"escalation:{escalation.pk}", cleared_at__isnull=True
+    ).update(cleared_at=now)
+
+
+def settle_decisions(task: Task, now: datetime) -> None:
+    # A person's decision replaces any earlier one still waiting (a retry not yet due).
+    Decision.objects.filter(task=task, acted_at__isnull=True).update(acted_at=now)
+
+
+def latest_attempt(task: Task) -> Attempt | None:
+    return task.attempts.order_by("-number").first()
+
+
+def refuse_unless_running(run: Run, what: str) -> None:
+    if run.state != Run.State.RUNNING:
+        raise Refused(
+            f"The run has {run.state}" + (f" ({run.cause})" if run.cause else "") + f": {what}"
+        )
+
+
+def question_of(escalation: Escalation) -> str:
+    return escalation.packet.smallest_unblocking_question if escalation.packet else ""
+
+
+def options_of(escalation: Escalation) -> list[str]:
+    content = escalation.packet.content if escalation.packet else {}
+    options = content.get("options") if isinstance(content, dict) else None
+    return [str(o) for o in options] if isinstance(options, list) else []
+
+
+@transaction.atomic
+def escalation_claim(*, escalation: Escalation, reviewer: Any) -> Escalation:
+    """Take the escalation for `CLAIM_MINUTES`; claiming it again extends the claim."""
+    now = timezone.now()
+    escalation = lock_escalation(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    escalation.status = Escalation.Status.CLAIMED
+    escalation.claimed_by = reviewer
+    escalation.claim_expires_at = now + timedelta(minutes=CLAIM_MINUTES)
+    escalation.first_looked_at = escalation.first_looked_at or now
+    escalation.save(update_fields=["status", "claimed_by", "claim_expires_at", "first_looked_at"])
+    return escalation
+
+
+@transaction.atomic
+def escalation_release(*, escalation: Escalation, reviewer: Any) -> Escalation:
+    """Give a claim back; only its holder can, unless it has expired."""
+    now = timezone.now()
+    escalation = lock_escalation(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    if escalation.status == Escalation.Status.CLAIMED:
+        escalation.status = Escalation.Status.OPEN
+        escalation.claimed_by = None
+        escalation.claim_expires_at = None
+        escalation.save(update_fields=["status", "claimed_by", "claim_expires_at"])
+    return escalation
+
+
+def escalation_looked_at(*, escalation: Escalation, packet: bool) -> None:
+    """The first look (from the queue or the packet) and the first opening of the packet page."""
+    now = timezone.now()
+    Escalation.objects.filter(pk=escalation.pk, first_looked_at__isnull=True).update(
+        first_looked_at=now
+    )
+    if packet:
+        Escalation.objects.filter(pk=escalation.pk, packet_opened_at__isnull=True).update(
+            packet_opened_at=now
+        )
+
+
+def nodes_and_world(run: Run) -> tuple[dict[str, frontier.TaskNode], frontier.World]:
+    return scheduler.nodes_for(run), scheduler.world_for(run)
+
+
+@transaction.atomic
+def escalation_answer(
+    *, escalation: Escalation, reviewer: Any, text: str, option: str | None = None
+) -> Answered:
+    """Answer the packet's question: a verified claim, a reframed next attempt, the work released.
+
+    One transaction; the frontier recompute and the notifications go out after its commit. One
+    answer per escalation: whoever comes second gets `AlreadyActed` naming who answered and when.
+    """
+    text, option = text.strip(), (option or "").strip()
+    now = timezone.now()
+    run, task, escalation = lock_for_action(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    if option and option not in options_of(escalation):
+        raise Refused("Choose one of the packet's options, or write the answer.", status=422)
+    if not text and not option:
+        raise Refused("Write the answer (or choose an option) before releasing.", status=422)
+    if len(text) > ANSWER_MAX_CHARS:
+        raise Refused(
+            f"The answer is {len(text):,} characters; keep it under {ANSWER_MAX_CHARS:,}: "
+            "the agent needs the one fact, not an essay.",
+            status=422,
+        )
+    refuse_unless_running(run, "an answer cannot release anything; abort to close it.")
+    if task.state != Task.State.ESCALATED:
+        raise Refused(f"The task {task.key} is {task.state}, not waiting for an answer.")
+    answer_text = f"{option}: {text}" if option and text else (text or option)
+    try:
+        with transaction.atomic():
+            answer = Answer.objects.create(
+                escalation=escalation,
+                reviewer=reviewer,
+                text=answer_text,
+                option=option,
+                answered_at=now,
+            )
+    except IntegrityError:
+        escalation.refresh_from_db()
+        raise AlreadyActed(escalation) from None
+    who = f"reviewer:{reviewer.get_username()}"
+    question = question_of(escalation) or escalation.reason
+    payload = {"question": question, "answer": answer_text, "escalation": escalation.pk}
+    claim = Claim.objects.create(
+        run=run,
+        task=task,
+        key=f"answer.escalation-{escalation.pk}",
+        statement=f"{question} — {answer_text}",
+        load_bearing=True,
+        status=Claim.Status.VERIFIED,
+        status_reason=f"verified: answered by {reviewer.get_username()}, a reviewer",
+        posted_at=now,
+        checked_at=now,
+        checked_by=who,
+    )
+    evidence = Evidence.objects.create(
+        claim=claim,
+        role=Evidence.Role.CHECK,
+        kind=HUMAN_ANSWER,
+        source=who,
+        payload_hash=payload_hash(payload),
+        payload=payload,
+        submitted_by=who,
+        verdict=Claim.Status.VERIFIED,
+        verdict_reason="a reviewer's answer is itself a verified claim",
+        created_at=now,
+    )
+    truth = {
+        "kind": HUMAN_ANSWER,
+        "source": who,
+        "question": question,
+        "answer": answer_text,
+        "claim": claim.key,
+        "escalation": escalation.pk,
+        "payload_hash": evidence.payload_hash,
+    }
+    attempt = latest_attempt(task)
+    settle_decisions(task, now)
+    decision = Decision.objects.create(
+        run=run,
+        task=task,
+        attempt=attempt,
+        action=Decision.Action.REFRAME,
+        reason=(
+            f"Reframe: {reviewer.get_username()} answered escalation {escalation.pk} "
+            f"({question}): {answer_text}. The next attempt gets the answer as ground truth."
+        ),
+        ground_truth=[truth],
+        created_at=now,
+        acted_at=now,
+    )
+    task.state = Task.State.PENDING
+    task.ready = False
+    task.finished_at = None
+    task.save(update_fields=["state", "ready", "finished_at"])
+    clear_escalation_blockers(run, escalation, now)
+    close(escalation, reviewer, Escalation.Status.ANSWERED, now)
+    nodes, world = nodes_and_world(run)
+    released = released_by(nodes, world, task.key)
+    blockers = list(frontier.frontier(nodes, world).deferred.get(task.key, ()))
+    answer.released = released
+    answer.save(update_fields=["released"])
+    context = next_attempt(task)
+    notify(
+        run.fleet,
+        "task.reframed",
+        {
+            "run": run.key,
+            "task": task.key,
+            "agent": task.agent.name,
+            "attempt": attempt.number if attempt else 0,
+            "reason": decision.reason,
+            "ground_truth": context["ground_truth"],
+            "scope": context["scope"],
+            "escalation": escalation.pk,
+        },
+    )
+    notify(
+        run.fleet,
+        "escalation.answered",
+        {
+            "escalation": escalation.pk,
+            "run": run.key,
+            "task": task.key,
+            "question": question,
+            "answer": answer_text,
+            "by": who,
+            "released": released,
+        },
+    )
+    scheduler.mark_changed(run, released)
+    return Answered(answer=answer, released=released, blockers=blockers)
+
+
+@transaction.atomic
+def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, note: str) -> Decision:
+    """Hand the task to another agent of the fleet (or a tool); its next attempt keeps the context."""
+    note = note.strip()
+    now = timezone.now()
+    run, task, escalation = lock_for_action(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    target = Agent.objects.filter(fleet_id=run.fleet_id, name=agent).first()
+    if target is None:
+        raise Refused(f"Choose an agent of the fleet {run.fleet.name}.", status=422)
+    if target.pk == task.agent_id:
+        raise Refused(f"{task.key} is already {target.name}'s: choose another agent.", status=422)
+    if not note:
+        raise Refused("Say why it goes to another agent: the new agent reads it.", status=422)
+    refuse_unless_running(run, "there is nothing to reroute; abort to close it.")
+    was = task.agent.name
+    attempt = latest_attempt(task)
+    settle_decisions(task, now)
+    decision = Decision.objects.create(
+        run=run,
+        task=task,
+        attempt=attempt,
+        action=Decision.Action.REROUTE,
+        reason=(
+            f"Reroute: {reviewer.get_username()} handed {task.key} from {was} to {target.name} "
+            f"(escalation {escalation.pk}): {note[:NOTE_MAX_CHARS]}"
+        ),
+        reroute_to=target.name,
+        created_at=now,
+        acted_at=now,
+    )
+    task.agent = target
+    task.state = Task.State.PENDING
+    task.ready = False
+    task.finished_at = None
+    task.save(update_fields=["agent", "state", "ready", "finished_at"])
+    clear_escalation_blockers(run, escalation, now)
+    close(escalation, reviewer, Escalation.Status.CLOSED, now)
+    notify(
+        run.fleet,
+        "task.rerouted",
+        {
+            "run": run.key,
+            "task": task.key,
+            "attempt": attempt.number if attempt else 0,
+            "from": was,
+            "to": target.name,
+            "agent": target.name,
+            "tool": target.is_tool,
+            "reason": decision.reason,
+            "escalation": escalation.pk,
+        },
+    )
+    scheduler.mark_changed(run, [task.key])
+    return decision
+
+
+@transaction.atomic
+def escalation_return(
+    *, escalation: Escalation, reviewer: Any, field: str, note: str
+) -> Escalation:
+    """Send the packet back naming the field that is not good enough; the agent sends a better one."""
+    note = note.strip()
+    now = timezone.now()
+    run, task, escalation = lock_for_action(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    if field not in PACKET_FIELDS:
+        raise Refused("Name the packet field that is not good enough.", status=422)
+    if not note:
+        raise Refused(f"Say what is missing from {field}: the agent reads it.", status=422)
+    escalation.returned_reason = f"{field}: {note[:NOTE_MAX_CHARS]}"
+    close(escalation, reviewer, Escalation.Status.RETURNED, now)
+    notify(
+        run.fleet,
+        "packet.returned",
+        {
+            "escalation": escalation.pk,
+            "run": run.key,
+            "task": task.key,
+            "agent": task.agent.name,
+            "field": field,
+            "reason": note[:NOTE_MAX_CHARS],
+            "by": f"reviewer:{reviewer.get_username()}",
+        },
+    )
+    return escalation
+
+
+def downstream(nodes: dict[str, frontier.TaskNode], key: str) -> list[str]:
+    """Every task that depends on `key`, directly or not (breadth first)."""
+    reverse = frontier.dependants(nodes)
+    seen: dict[str, None] = {}
+    queue = list(reverse.get(key, ()))
+    while queue:
+        current = queue.pop(0)
+        if current in seen or current == key:
+            continue
+        seen[current] = None
+        queue.extend(reverse.get(current, ()))
+    return list(seen)
+
+
+@transaction.atomic
+def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> Decision:
+    """Stop the task for good: it and the work waiting on it are cancelled, and the run fails."""
+    reason = reason.strip()
+    now = timezone.now()
+    run, task, escalation = lock_for_action(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    if not reason:
+        raise Refused(
+            "Say why the task is aborted: it becomes the run's failure cause.", status=422
+        )
+    reason = reason[:NOTE_MAX_CHARS]
+    who = f"reviewer:{reviewer.get_username()}"
+    nodes = scheduler.nodes_for(run)
+    waiting = [
+        key for key in downstream(nodes, task.key) if nodes[key].state in frontier.UNFINISHED
+    ]
+    cancel = Task.objects.filter(run=run, key__in=waiting).exclude(state=Task.State.RUNNING)
+    cancelled = sorted(cancel.values_list("key", flat=True))
+    attempt = latest_attempt(task)
+    settle_decisions(task, now)
+    dependants = f"; {len(cancelled)} task{'s' if len(cancelled) != 1 else ''} waiting on it "
+    dependants += f"cancelled ({', '.join(cancelled)})" if cancelled else "cancelled"
+    decision = Decision.objects.create(
+        run=run,
+        task=task,
+        attempt=attempt,
+        action=Decision.Action.ABORT,
+        reason=(
+            f"Abort: {reviewer.get_username()} aborted {task.key} (escalation {escalation.pk}): "
+            f"{reason}{dependants}; the run fails."
+        ),
+        created_at=now,
+        acted_at=now,
+    )
+    Task.objects.filter(run=run, key__in=[task.key, *cancelled]).update(
+        state=Task.State.CANCELLED, ready=False, finished_at=now
+    )
+    close(escalation, reviewer, Escalation.Status.CLOSED, now)
+    # The run is over: nothing else of it waits for a person.
+    Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).update(
+        status=Escalation.Status.CLOSED, closed_at=now, acted_at=now, claimed_by=reviewer
+    )
+    Blocker.objects.filter(
+        task__run=run, task__key__in=[task.key, *cancelled], cleared_at__isnull=True
+    ).update(cleared_at=now)
+    if run.state == Run.State.RUNNING:
+        killed = [
+            (line.task.key if line.task else "", tuple(line.killed))
+            for line in ProgressLine.objects.filter(run=run).select_related("task")
+            if line.killed
+        ]
+        cause = policy.failure_cause(killed=killed, cause=f"{task.key}: aborted by {who}: {reason}")
+        Run.objects.filter(pk=run.pk).update(state=Run.State.FAILED, cause=cause, finished_at=now)
+        notify(run.fleet, "run.failed", {"run": run.key, "task": task.key, "cause": cause})
+    scheduler.mark_changed(run, [task.key, *cancelled])
+    return decision
+
+
+def released_by(nodes: dict[str, frontier.TaskNode], world: frontier.World, key: str) -> list[str]:
+    """What an answer releases: the task, and the pending work downstream that waited only on it.
+
+    Pure: `nodes` and `world` as they are once the task is pending again and its escalation
+    closed. A downstream task is released when nothing but unfinished prerequisites holds it
+    (none of them stopped or blocked themselves); one still blocked by, say, a capability that
+    is down or an unverified claim is not.
+    """
+    result = frontier.frontier(nodes, world)
+    blocked: dict[str, bool] = {}
+
+    def is_blocked(start: str) -> bool:
+        # Iterative depth-first walk over prerequisites: a 10,000-deep chain must not recurse.
+        stack = [start]
+        while stack:
+            current = stack[-1]
+            if current in blocked:
+                stack.pop()
+                continue
+            node = nodes.get(current)
+            if node is None or node.state in frontier.STOPPED:
+                blocked[current] = True
+                stack.pop()
+                continue
+            if node.state != "pending":
+                blocked[current] = False
+                stack.pop()
+                continue
+            codes = result.deferred.get(current, ())
+            if any(not code.startswith(frontier.PREREQUISITE) for code in codes):
+                blocked[current] = True
+                stack.pop()
+                continue
+            todo = [p for p in node.prerequisites if p not in blocked]
+            if todo:
+                stack.extend(todo)
+                continue
+            blocked[current] = any(blocked[p] for p in node.prerequisites)
+            stack.pop()
+        return blocked[start]
+
+    below = [k for k in downstream(nodes, key) if nodes[k].state == "pending"]
+    return [key, *sorted(k for k in below if not is_blocked(k))]
+
+
+def claim_recheck(*, claim: Claim, reviewer: Any) -> Claim:
+    """Ask the verifier to check the claim's own evidence against reality again.
+
+    Only an unverified claim can be settled by it (a verdict, once given, is changed by a person);
+    evidence that is another agent's text, or none at all, cannot be re-checked.
+    """
+    with transaction.atomic():
+        claim = Claim.objects.select_for_update(of=("self",)).get(pk=claim.pk)
+        if claim.status != Claim.Status.UNVERIFIED:
+            raise Refused(
+                f"{claim.key} is already {claim.status} ({claim.status_reason}); "
+                "a re-check settles only an unverified claim."
+            )
+        if claim.verification_pending:
+            return claim  # already on its way to the verifier
+        rows = Evidence.objects.filter(claim=claim, role=Evidence.Role.POSTED).exclude(
+            source__istartswith="agent:"
+        )
+        if not rows.exists():
+            raise Refused(
+                f"Nothing a verifier can re-check: {claim.key} was posted "
+                + (
+                    "citing another agent's text"
+                    if claim.evidence.filter(role=Evidence.Role.POSTED).exists()
+                    else "without evidence"
+                )
+                + ". Ask its agent for a query, file, test run or HTTP exchange.",
+                status=422,
+            )
+        rows.update(verdict="", verdict_reason="")
+        claim.verification_pending = True
+        claim.status_reason = f"re-check asked by {reviewer.get_username()}; waiting for a verifier"
+        claim.save(update_fields=["verification_pending", "status_reason"])
+        scheduler.verify_after_commit(claim)
+    return claim

@@ -14,5 +14,6 @@ urlpatterns = [
     path("capabilities/", views.capabilities, name="capabilities"),
     path("capabilities/<int:capability_id>/", views.capability_set, name="capability-set"),
     path("admin/", admin.site.urls),
+    path("", include("runs.urls")),
     path("", include("escalations.urls")),
 ]

@@ -1,0 +1,10 @@
+"""Pages of the work."""
+
+from django.urls import path
+
+from runs import views
+
+urlpatterns = [
+    path("runs/", views.runs, name="runs"),
+    path("runs/<int:run_id>/", views.run, name="run"),
+]

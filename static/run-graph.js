@@ -1,0 +1,73 @@
+// Draws a run's task graph with cytoscape and the dagre layout: state as colour, blockers as a
+// dashed red border and in the label. The data comes from a JSON script tag (no inline code).
+(function () {
+  "use strict";
+
+  var COLOURS = {
+    ready: "#1f7a3d",
+    pending: "#8a6d00",
+    running: "#1d5fa8",
+    succeeded: "#2e7d32",
+    failed: "#b3261e",
+    escalated: "#7b3fa0",
+    cancelled: "#6b6b6b"
+  };
+
+  function draw() {
+    var container = document.getElementById("graph");
+    var source = document.getElementById("graph-data");
+    if (!container || !source || typeof cytoscape === "undefined") return;
+    var data = JSON.parse(source.textContent);
+    if (!data.nodes.length) {
+      container.classList.add("empty");
+      return;
+    }
+    if (typeof cytoscapeDagre !== "undefined") cytoscape.use(cytoscapeDagre);
+    data.nodes.forEach(function (n) {
+      var d = n.data;
+      d.caption = d.label + "\n" + d.state + (d.blockers.length ? "\n" + d.blockers.join("\n") : "");
+      d.colour = COLOURS[d.state] || "#444";
+    });
+    var cy = cytoscape({
+      container: container,
+      elements: data.nodes.concat(data.edges),
+      autoungrabify: true,
+      wheelSensitivity: 0.2,
+      style: [
+        {
+          selector: "node",
+          style: {
+            shape: "round-rectangle",
+            "background-color": "#fff",
+            "border-width": 3,
+            "border-color": "data(colour)",
+            label: "data(caption)",
+            "text-wrap": "wrap",
+            "text-valign": "center",
+            "font-size": 11,
+            color: "#1b1f24",
+            width: "label",
+            height: "label",
+            padding: "10px"
+          }
+        },
+        { selector: "node[?blocked]", style: { "border-style": "dashed", "border-color": "#b3261e" } },
+        {
+          selector: "edge",
+          style: {
+            width: 1.5,
+            "line-color": "#9aa1a9",
+            "target-arrow-color": "#9aa1a9",
+            "target-arrow-shape": "triangle",
+            "curve-style": "bezier"
+          }
+        }
+      ],
+      layout: { name: typeof cytoscapeDagre !== "undefined" ? "dagre" : "breadthfirst", rankDir: "LR", nodeSep: 20, rankSep: 60 }
+    });
+    container.dataset.drawn = String(cy.nodes().length);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
+  else draw();
+})();

@@ -1,0 +1,267 @@
+"""Answering: a verified claim, a reframed next attempt with the answer as ground truth, the waiting
+work released, the deliveries after commit; one answer per escalation, even at the same moment."""
+
+import threading
+
+import pytest
+from django.db import connection
+from django.test import Client, TestCase
+
+from escalations import services
+from escalations.models import Answer, Escalation
+from fleet.models import ApiToken, Delivery
+from runs.models import Blocker, Claim, Decision, Evidence, Task
+from tests.escalations.desk import OPTIONS, QUESTION, Desk, member
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def desk(client, fleet):
+    fleet.callback_url = (
+        "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves the machine
+    )
+    fleet.save()
+    desk = Desk(client, fleet)
+    desk.run()
+    return desk
+
+
+@pytest.fixture
+def alice(fleet):
+    return member("alice", fleet)
+
+
+@pytest.fixture
+def bob(fleet):
+    return member("bob", fleet)
+
+
+def signed_in(user):
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+def answer(browser, escalation, **form):
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return browser.post(f"/escalations/{escalation.pk}/answer/", form, HTTP_HX_REQUEST="true")
+
+
+def test_the_answer_reframes_the_task_and_releases_the_waiting_work(desk, alice):
+    escalation = desk.escalate()
+    response = answer(signed_in(alice), escalation, text="Use the loyalty_points threshold")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Answered by alice — released 3 tasks" in page
+    assert "<li>plan</li><li>api-change</li><li>discount-resolver</li>" in page
+
+    escalation.refresh_from_db()
+    assert escalation.status == "answered" and escalation.acted_at is not None
+    saved = Answer.objects.get(escalation=escalation)
+    assert (saved.reviewer.username, saved.text) == ("alice", "Use the loyalty_points threshold")
+    assert saved.released == ["plan", "api-change", "discount-resolver"]
+
+    claim = Claim.objects.get(key=f"answer.escalation-{escalation.pk}")
+    assert (claim.status, claim.checked_by) == ("verified", "reviewer:alice")
+    evidence = Evidence.objects.get(claim=claim)
+    assert (evidence.kind, evidence.source, evidence.verdict) == (
+        "human_answer",
+        "reviewer:alice",
+        "verified",
+    )
+
+    task = Task.objects.get(key="plan")
+    assert task.state == "pending" and task.ready  # the recompute ran after the commit
+    decision = Decision.objects.get(task=task, action="reframe")
+    assert decision.ground_truth[0] | {} == {
+        "kind": "human_answer",
+        "source": "reviewer:alice",
+        "question": QUESTION,
+        "answer": "Use the loyalty_points threshold",
+        "claim": claim.key,
+        "escalation": escalation.pk,
+        "payload_hash": evidence.payload_hash,
+    }
+    assert not Blocker.objects.filter(code=f"escalation:{escalation.pk}", cleared_at=None).exists()
+
+    reframed = Delivery.objects.get(type="task.reframed")
+    assert reframed.payload["data"]["task"] == "plan"
+    assert (
+        reframed.payload["data"]["ground_truth"][-1]["answer"] == "Use the loyalty_points threshold"
+    )
+    answered = Delivery.objects.get(type="escalation.answered")
+    assert answered.payload["data"]["released"] == ["plan", "api-change", "discount-resolver"]
+
+
+def test_the_agents_next_context_carries_the_answer_as_ground_truth(client, desk, alice):
+    escalation = desk.escalate()
+    answer(signed_in(alice), escalation, text="loyalty_points >= 1000 is gold")
+    _, token = ApiToken.issue(desk.planner.agent)
+    context = client.get(
+        "/api/v1/runs/tier-discounts/tasks/plan/context", HTTP_AUTHORIZATION=f"Bearer {token}"
+    ).json()
+    assert context["state"] == "pending" and context["decision"] == "reframe"
+    assert context["ground_truth"][-1]["kind"] == "human_answer"
+    assert context["ground_truth"][-1]["answer"] == "loyalty_points >= 1000 is gold"
+    assert context["ground_truth"][-1]["source"] == "reviewer:alice"
+    # Its next attempt is marked as the reframed one.
+    desk.planner.post(
+        "task.started",
+        {
+            "run": "tier-discounts",
+            "task": "plan",
+            "agent": "planner",
+            "attempt": {"prompt_hash": "p2", "context_hash": "c2"},
+        },
+    )
+    assert Task.objects.get(key="plan").attempts.get(number=2).reframed
+
+
+def test_without_htmx_the_answer_redirects_to_the_packet_which_says_who_answered(desk, alice):
+    escalation = desk.escalate()
+    browser = signed_in(alice)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        response = browser.post(f"/escalations/{escalation.pk}/answer/", {"text": "loyalty"})
+    assert response.status_code == 302 and response["Location"] == f"/escalations/{escalation.pk}/"
+    page = browser.get(response["Location"]).content.decode()
+    assert "Answered by alice at" in page and "released 3 tasks" in page
+    assert 'id="answer-form"' not in page
+
+
+def test_choosing_an_option_is_an_answer(desk, alice):
+    escalation = desk.escalate(options=OPTIONS)
+    response = answer(signed_in(alice), escalation, option=OPTIONS[1])
+    assert response.status_code == 200
+    saved = Answer.objects.get(escalation=escalation)
+    assert (saved.option, saved.text) == (OPTIONS[1], OPTIONS[1])
+    desk.run("second", tasks=[{"key": "schema", "agent": "coder"}])
+    both = desk.escalate("schema", run="second", options=OPTIONS)
+    answer(signed_in(alice), both, option=OPTIONS[0], text="name it customer_tier")
+    assert Answer.objects.get(escalation=both).text == f"{OPTIONS[0]}: name it customer_tier"
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"text": "  "}, "Write the answer (or choose an option) before releasing."),
+        (
+            {"option": "Something the agent never offered"},
+            "Choose one of the packet&#x27;s options",
+        ),
+        ({"text": "x" * 5001}, "keep it under 5,000"),
+    ],
+)
+def test_a_bad_answer_is_refused_and_the_draft_kept(desk, alice, form, message):
+    escalation = desk.escalate(options=OPTIONS)
+    response = answer(signed_in(alice), escalation, **form)
+    assert response.status_code == 422
+    page = response.content.decode()
+    assert message in page and 'id="answer-form"' in page
+    if form.get("text", "").strip():
+        assert form["text"] in page
+    assert not Answer.objects.exists()
+    assert Task.objects.get(key="plan").state == "escalated"
+
+
+def test_a_second_answer_is_told_who_answered_and_when(desk, alice, bob):
+    escalation = desk.escalate()
+    answer(signed_in(alice), escalation, text="loyalty points")
+    response = answer(signed_in(bob), escalation, text="add a column")
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "Answered by alice at" in page and "UTC" in page
+    assert "Your answer was not recorded" in page and "add a column" in page
+    assert Answer.objects.get().reviewer.username == "alice"
+    assert Decision.objects.filter(action="reframe").count() == 1
+
+
+def test_an_escalation_claimed_by_someone_else_cannot_be_answered(desk, alice, bob):
+    escalation = desk.escalate()
+    signed_in(bob).post(f"/escalations/{escalation.pk}/claim/")
+    response = answer(signed_in(alice), escalation, text="loyalty points")
+    assert response.status_code == 409
+    assert "Claimed by bob until" in response.content.decode()
+    assert not Answer.objects.exists()
+
+
+def test_an_answer_cannot_release_work_of_a_failed_run(desk, alice):
+    desk.run("two", tasks=[{"key": "plan", "agent": "planner"}, {"key": "docs", "agent": "coder"}])
+    escalation = desk.escalate(run="two")
+    second = desk.escalate("docs", run="two")
+    browser = signed_in(alice)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        browser.post(f"/escalations/{second.pk}/abort/", {"reason": "dropped"})
+    escalation.refresh_from_db()
+    assert escalation.status == "closed"  # the run failed: nothing of it waits for a person
+    response = answer(browser, escalation, text="loyalty")
+    assert response.status_code == 409 and "Closed by alice at" in response.content.decode()
+
+
+def test_work_still_blocked_for_another_reason_is_not_counted_as_released(desk, alice):
+    desk.planner.post(
+        "capability.changed", {"capability": "forge", "status": "down", "reason": "503s"}
+    )
+    escalation = desk.escalate()
+    answer(signed_in(alice), escalation, text="loyalty")
+    assert Answer.objects.get().released == ["plan", "discount-resolver"]
+
+
+def test_released_by_follows_only_work_that_waited_on_the_task():
+    from runs.frontier import TaskNode, World
+
+    nodes = {
+        "plan": TaskNode("plan"),
+        "a": TaskNode("a", prerequisites=("plan",)),
+        "b": TaskNode("b", prerequisites=("a",)),
+        "c": TaskNode("c", prerequisites=("plan", "stuck")),
+        "stuck": TaskNode("stuck", state="failed"),
+        "d": TaskNode("d", prerequisites=("plan",), consumes=("unverified",)),
+        "done": TaskNode("done", state="succeeded"),
+    }
+    world = World(claims={})
+    assert services.released_by(nodes, world, "plan") == ["plan", "a", "b"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_reviewers_answering_at_once_keep_exactly_one_answer(client, fleet):
+    fleet.callback_url = (
+        "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves the machine
+    )
+    fleet.save()
+    desk = Desk(client, fleet)
+    desk.run()
+    escalation = desk.escalate()
+    people = [member("alice", fleet), member("bob", fleet)]
+    barrier = threading.Barrier(2)
+    responses = {}
+
+    def post(user):
+        browser = signed_in(user)
+        barrier.wait()
+        try:
+            responses[user.username] = browser.post(
+                f"/escalations/{escalation.pk}/answer/",
+                {"text": f"{user.username} says loyalty points"},
+                HTTP_HX_REQUEST="true",
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=post, args=(user,)) for user in people]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    statuses = sorted(r.status_code for r in responses.values())
+    assert statuses == [200, 409], statuses
+    winner = Answer.objects.get(escalation=escalation).reviewer.username
+    loser = next(name for name in responses if name != winner)
+    assert f"Answered by {winner} — released" in responses[winner].content.decode()
+    assert f"Answered by {winner} at" in responses[loser].content.decode()
+    assert Decision.objects.filter(action="reframe").count() == 1
+    assert Claim.objects.filter(key=f"answer.escalation-{escalation.pk}").count() == 1
+    assert Delivery.objects.filter(type="escalation.answered").count() == 1
+    assert Escalation.objects.get(pk=escalation.pk).claimed_by.username == winner

@@ -1,0 +1,337 @@
+"""Sign-in, roles and the escalation queue: oldest first, filters in the URL, keyset pages, claims."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from escalations import selectors
+from escalations.models import Escalation
+from fleet import services
+from tests.escalations.desk import QUESTION, Desk, member
+
+pytestmark = pytest.mark.django_db
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def desk(client, fleet):
+    desk = Desk(client, fleet)
+    desk.run()
+    return desk
+
+
+@pytest.fixture
+def alice(fleet):
+    """A reviewer of acme."""
+    return member("alice", fleet)
+
+
+@pytest.fixture
+def bob(fleet):
+    """Another reviewer of acme."""
+    return member("bob", fleet)
+
+
+@pytest.fixture
+def mallory(db):
+    """A reviewer of another fleet."""
+    return member("mallory", services.fleet_create(name="globex"))
+
+
+def signed_in(user):
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+# Sign-in and roles
+
+
+def test_signing_in_opens_the_queue(alice):
+    browser = Client()
+    response = browser.post("/login/", {"username": "alice", "password": PASSWORD}, follow=True)
+    assert response.redirect_chain[-1][0] == "/escalations/"
+    assert "Escalation queue" in response.content.decode()
+
+
+def test_a_wrong_password_is_refused_saying_so(alice):
+    response = Client().post("/login/", {"username": "alice", "password": "nope"})
+    assert response.status_code == 200
+    assert "enter a correct username and password" in response.content.decode()
+
+
+def test_repeated_failures_are_throttled_even_with_the_right_password(alice, bob):
+    browser = Client()
+    for _ in range(5):
+        browser.post("/login/", {"username": "alice", "password": "nope"})
+    response = browser.post("/login/", {"username": "alice", "password": PASSWORD})
+    assert response.status_code == 429
+    assert response["Retry-After"] == "900"
+    assert "Too many failed sign-ins" in response.content.decode()
+    # Another person is not locked out by alice's failures.
+    other = Client().post("/login/", {"username": "bob", "password": PASSWORD})
+    assert other.status_code == 302
+
+
+def test_pages_need_a_signed_in_person(desk):
+    escalation = desk.escalate()
+    for path in ("/escalations/", f"/escalations/{escalation.pk}/", f"/runs/{escalation.run_id}/"):
+        response = Client().get(path)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/?next=")
+
+
+def test_a_reviewer_of_another_fleet_gets_404_for_an_escalation(desk, mallory):
+    escalation = desk.escalate()
+    browser = signed_in(mallory)
+    assert browser.get(f"/escalations/{escalation.pk}/").status_code == 404
+    assert browser.get(f"/escalations/{escalation.pk}/status/").status_code == 404
+    assert browser.post(f"/escalations/{escalation.pk}/claim/").status_code == 404
+    assert browser.post(f"/escalations/{escalation.pk}/answer/", {"text": "x"}).status_code == 404
+    assert browser.get(f"/runs/{escalation.run_id}/").status_code == 404
+    assert QUESTION not in browser.get("/escalations/").content.decode()
+    escalation.refresh_from_db()
+    assert escalation.status == "open"
+
+
+def test_pages_carry_a_strict_csp_and_no_inline_script_or_style(desk, alice):
+    escalation = desk.escalate()
+    browser = signed_in(alice)
+    for path in (
+        "/escalations/",
+        f"/escalations/{escalation.pk}/",
+        f"/runs/{escalation.run_id}/",
+        "/runs/",
+        "/capabilities/",
+    ):
+        response = browser.get(path)
+        assert response.status_code == 200, path
+        csp = response["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "style-src 'self'" in csp
+        page = response.content.decode()
+        scripts = re.findall(r"<script\b([^>]*)>", page)
+        assert scripts, path
+        for attributes in scripts:  # every script is a file, or data that does not run
+            assert "src=" in attributes or 'type="application/json"' in attributes, (
+                path,
+                attributes,
+            )
+        assert not re.search(r"\sstyle=", page), path
+        assert not re.search(r"\son[a-z]+=", page), path
+        assert "htmx-2.min.js" in page
+        assert '"includeIndicatorStyles":false' in page
+
+
+def test_htmx_requests_carry_the_csrf_token_from_the_body(desk, alice):
+    escalation = desk.escalate()
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice)
+    page = browser.get("/escalations/").content.decode()
+    token = re.search(r'hx-headers=\'\{"X-CSRFToken": "([^"]+)"\}\'', page).group(1)
+    refused = browser.post(f"/escalations/{escalation.pk}/claim/", HTTP_HX_REQUEST="true")
+    assert refused.status_code == 403
+    accepted = browser.post(
+        f"/escalations/{escalation.pk}/claim/", HTTP_HX_REQUEST="true", HTTP_X_CSRFTOKEN=token
+    )
+    assert accepted.status_code == 200
+
+
+# The queue
+
+
+def test_it_lists_open_escalations_oldest_first_with_their_columns(client, fleet, desk, alice):
+    desk.run("second", tasks=[{"key": "late", "agent": "coder"}])
+    old = desk.escalate(timestamp="2026-12-02T09:00:00Z")
+    new = desk.escalate("late", run="second", smallest_unblocking_question="Which branch?")
+    Escalation.objects.filter(pk=old.pk).update(opened_at=timezone.now() - timedelta(hours=2))
+    Escalation.objects.filter(pk=new.pk).update(opened_at=timezone.now() - timedelta(minutes=5))
+    page = signed_in(alice).get("/escalations/").content.decode()
+    for column in ("Question", "Task", "Run", "Agent", "Age", "Status", "Claimed by"):
+        assert f'<th scope="col">{column}</th>' in page
+    assert page.index(f'id="esc-{old.pk}"') < page.index(f'id="esc-{new.pk}"')
+    row = page[page.index(f'id="esc-{old.pk}"') :]
+    row = row[: row.index("</tr>")]
+    assert QUESTION.replace("'", "&#x27;") in row
+    assert "plan" in row and "tier-discounts" in row and "planner" in row and "2h" in row
+    newest = signed_in(alice).get("/escalations/?sort=newest").content.decode()
+    assert newest.index(f'id="esc-{new.pk}"') < newest.index(f'id="esc-{old.pk}"')
+
+
+def test_filters_narrow_the_queue_and_stay_in_the_url(client, fleet, desk, alice):
+    desk.run("second", tasks=[{"key": "push", "agent": "coder", "capabilities": ["forge"]}])
+    planning = desk.escalate()
+    pushing = desk.escalate("push", run="second", smallest_unblocking_question="Which remote?")
+    browser = signed_in(alice)
+
+    def ids(path):
+        return [int(i) for i in re.findall(r'id="esc-(\d+)"', browser.get(path).content.decode())]
+
+    assert ids("/escalations/") == [planning.pk, pushing.pk]
+    assert ids("/escalations/?agent=coder") == [pushing.pk]
+    assert ids("/escalations/?capability=forge") == [pushing.pk]
+    assert ids("/escalations/?fleet=acme") == [planning.pk, pushing.pk]
+    assert ids("/escalations/?fleet=globex") == []
+    assert ids("/escalations/?status=answered") == []
+    page = browser.get("/escalations/?agent=coder").content.decode()
+    assert "<option selected>coder</option>" in page
+    assert 'hx-get="/escalations/?agent=coder"' in page  # the poll keeps the filter
+
+
+def test_unknown_filter_values_fall_back_to_the_defaults(desk, alice):
+    escalation = desk.escalate()
+    page = signed_in(alice).get("/escalations/?status=bogus&sort=sideways&after=garbage")
+    assert page.status_code == 200
+    assert f'id="esc-{escalation.pk}"' in page.content.decode()
+
+
+def bulk_escalations(desk, count):
+    """`count` open escalations of one run, a minute apart, oldest first."""
+    from escalations.models import FailurePacket
+    from runs.models import Run, Task
+
+    run = Run.objects.get(key="tier-discounts")
+    start = timezone.now() - timedelta(days=1)
+    tasks = Task.objects.bulk_create(
+        [
+            Task(
+                run=run, key=f"t{i:03}", agent=desk.coder.agent, position=100 + i, created_at=start
+            )
+            for i in range(count)
+        ]
+    )
+    tasks = list(Task.objects.filter(run=run, key__startswith="t").order_by("key"))
+    made = []
+    for i, task in enumerate(tasks):
+        packet = FailurePacket.objects.create(
+            task=task,
+            agent=desk.coder.agent,
+            content={"smallest_unblocking_question": f"Question {i:03}?"},
+            smallest_unblocking_question=f"Question {i:03}?",
+            submitted_at=start,
+        )
+        made.append(
+            Escalation(
+                fleet=desk.fleet,
+                run=run,
+                task=task,
+                packet=packet,
+                opened_at=start + timedelta(minutes=i),
+            )
+        )
+    Escalation.objects.bulk_create(made)
+    return list(Escalation.objects.filter(run=run).order_by("opened_at", "id"))
+
+
+def page_ids(browser, path, **headers):
+    page = browser.get(path, **headers).content.decode()
+    links = dict(re.findall(r'<a href="([^"]+)"[^>]*>(Next|Previous|First) page</a>', page))
+    found = [int(i) for i in re.findall(r'id="esc-(\d+)"', page)]
+    return found, {label: href.replace("&amp;", "&") for href, label in links.items()}
+
+
+def test_pages_follow_the_keyset_forwards_and_back(desk, alice, monkeypatch):
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 5)
+    rows = [e.pk for e in bulk_escalations(desk, 12)]
+    browser = signed_in(alice)
+    first, links = page_ids(browser, "/escalations/?agent=coder")
+    assert first == rows[:5] and "Previous" not in links
+    second, links = page_ids(browser, links["Next"])
+    assert second == rows[5:10]
+    assert "agent=coder" in links["Next"]  # the filter travels with the place
+    third, last_links = page_ids(browser, links["Next"])
+    assert third == rows[10:] and "Next" not in last_links
+    back, _ = page_ids(browser, last_links["Previous"])
+    assert back == rows[5:10]
+    newest, _ = page_ids(browser, "/escalations/?sort=newest")
+    assert newest == rows[::-1][:5]
+
+
+def test_polling_keeps_the_reviewers_place_when_escalations_come_and_go(
+    desk, alice, bob, monkeypatch
+):
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 5)
+    rows = bulk_escalations(desk, 12)
+    browser = signed_in(alice)
+    _, links = page_ids(browser, "/escalations/")
+    place = links["Next"]
+    # While alice reads page two, an older one is answered and a new one arrives.
+    Escalation.objects.filter(pk=rows[0].pk).update(status="answered")
+    desk.escalate()
+    polled, _ = page_ids(browser, place, HTTP_HX_REQUEST="true")
+    assert polled == [e.pk for e in rows[5:10]]
+    response = browser.get(place, HTTP_HX_REQUEST="true")
+    assert response.content.decode().lstrip().startswith('<div id="queue"')  # the partial only
+
+
+def test_the_count_says_how_many_wait(desk, alice):
+    desk.escalate()
+    assert "1 escalation waiting" in signed_in(alice).get("/escalations/").content.decode()
+
+
+# Claims
+
+
+def test_a_reviewer_claims_an_escalation_and_the_row_says_so(desk, alice):
+    escalation = desk.escalate()
+    response = signed_in(alice).post(f"/escalations/{escalation.pk}/claim/", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    row = response.content.decode()
+    assert row.lstrip().startswith(f'<tr id="esc-{escalation.pk}"')
+    assert "alice" in row and "Release" in row
+    escalation.refresh_from_db()
+    assert escalation.status == "claimed" and escalation.claimed_by.username == "alice"
+    assert escalation.claim_expires_at > timezone.now() + timedelta(minutes=14)
+    assert escalation.first_looked_at is not None
+
+
+def test_a_claim_held_by_someone_else_is_refused_naming_them(desk, alice, bob):
+    escalation = desk.escalate()
+    signed_in(alice).post(f"/escalations/{escalation.pk}/claim/")
+    response = signed_in(bob).post(f"/escalations/{escalation.pk}/claim/", HTTP_HX_REQUEST="true")
+    assert response.status_code == 409
+    assert "Claimed by alice until" in response.content.decode()
+    plain = signed_in(bob).post(f"/escalations/{escalation.pk}/claim/")
+    assert plain.status_code == 409 and "Claimed by alice until" in plain.content.decode()
+    released = signed_in(bob).post(f"/escalations/{escalation.pk}/release/")
+    assert released.status_code == 409
+    escalation.refresh_from_db()
+    assert escalation.claimed_by.username == "alice"
+
+
+def test_the_holder_releases_a_claim(desk, alice):
+    escalation = desk.escalate()
+    browser = signed_in(alice)
+    browser.post(f"/escalations/{escalation.pk}/claim/")
+    response = browser.post(
+        f"/escalations/{escalation.pk}/release/", {"next": "/escalations/?agent=planner"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/escalations/?agent=planner"
+    escalation.refresh_from_db()
+    assert (escalation.status, escalation.claimed_by) == ("open", None)
+
+
+def test_a_claim_expires_and_the_escalation_is_open_again(desk, alice, bob):
+    escalation = desk.escalate()
+    signed_in(alice).post(f"/escalations/{escalation.pk}/claim/")
+    Escalation.objects.filter(pk=escalation.pk).update(
+        claim_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    page = signed_in(bob).get("/escalations/?status=open").content.decode()
+    row = page[page.index(f'id="esc-{escalation.pk}"') :]
+    row = row[: row.index("</tr>")]
+    assert "alice" not in row and ">open<" in row
+    assert signed_in(bob).post(f"/escalations/{escalation.pk}/claim/").status_code == 302
+    escalation.refresh_from_db()
+    assert escalation.claimed_by.username == "bob"
+
+
+def test_claiming_an_answered_escalation_says_who_answered(desk, alice, bob):
+    escalation = desk.escalate()
+    signed_in(alice).post(f"/escalations/{escalation.pk}/answer/", {"text": "loyalty points"})
+    response = signed_in(bob).post(f"/escalations/{escalation.pk}/claim/", HTTP_HX_REQUEST="true")
+    assert response.status_code == 409
+    assert "Answered by alice at" in response.content.decode()
