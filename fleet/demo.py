@@ -58,16 +58,21 @@ def load() -> dict[str, Any]:
                 played.append(story.name)
     finally:
         celery_app.conf.task_always_eager = eager
+    runs = dict(Run.objects.filter(fleet=fleet).values_list("key", "pk"))
+
+    def page(key: str) -> str:
+        return f"/runs/{runs[key]}/" if key in runs else "/runs/"
+
     return {
         "fleet": fleet.name,
-        "runs": sorted(Run.objects.filter(fleet=fleet).values_list("key", flat=True)),
+        "runs": sorted(runs),
         "played": played,
         "look_at": {
-            "queue": "/escalations/",
-            "all-green replay": f"/runs/{all_green.RUN}/",
-            "past all-green run": "/runs/tier-discounts/",
-            "forge outage": f"/runs/{forge_outage.RUN}/",
-            "hung test run": f"/runs/{hung_test_run.RUN}/",
+            "the escalation queue": "/escalations/",
+            "the all-green replay": page(all_green.RUN),
+            "the all-green run as it happened": page("tier-discounts"),
+            "the forge outage": page(forge_outage.RUN),
+            "the hung test run": page(hung_test_run.RUN),
             "capabilities": "/capabilities/",
             "reports": "/reports/",
         },
