@@ -14,6 +14,7 @@ from fleet.intake import Context
 from fleet.models import Agent
 from fleet.outbox import notify
 from runs import frontier, policy, scheduler
+from runs.claims import supersede_refuted
 from runs.context import next_attempt
 from runs.evidence import HUMAN_ANSWER, payload_hash
 from runs.models import Attempt, Blocker, Claim, Decision, Evidence, ProgressLine, Run, Task
@@ -351,6 +352,13 @@ def escalation_answer(
     task.save(update_fields=["state", "ready", "finished_at"])
     clear_escalation_blockers(run, escalation, now)
     close(escalation, reviewer, Escalation.Status.ANSWERED, now)
+    # The answer is the truth the task's refuted claims lacked: it takes their place.
+    supersede_refuted(
+        task=task,
+        statement=answer_text,
+        evidence={"source": who, "payload_hash": evidence.payload_hash, "payload": payload},
+        at=now,
+    )
     nodes, world = nodes_and_world(run)
     released = released_by(nodes, world, task.key)
     blockers = list(frontier.frontier(nodes, world).deferred.get(task.key, ()))

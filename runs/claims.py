@@ -61,3 +61,50 @@ def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Cl
         )
     scheduler.mark_changed(run, consumers_of(run, claim.key))
     return claim
+
+
+def supersede_refuted(*, task: Any, statement: str, evidence: dict[str, Any], at: Any) -> list[str]:
+    """A reviewer's answer replaces the task's refuted load-bearing claims that others consume.
+
+    The refuted claim keeps its history (uses, evidence, blast radius) under a `@refuted` key;
+    the answer takes its key as a verified claim, so the consumers it held are released.
+    Returns the keys that were superseded. Called inside the answering transaction.
+    """
+    superseded = []
+    for claim in Claim.objects.select_for_update(of=("self",)).filter(
+        task=task, status=Claim.Status.REFUTED, load_bearing=True
+    ):
+        key = claim.key
+        if not consumers_of(claim.run, key):
+            continue
+        n = 1
+        while Claim.objects.filter(run_id=claim.run_id, key=f"{key}@refuted-{n}").exists():
+            n += 1
+        claim.key = f"{key}@refuted-{n}"
+        claim.save(update_fields=["key"])
+        answer = Claim.objects.create(
+            run_id=claim.run_id,
+            task=task,
+            key=key,
+            statement=statement,
+            load_bearing=True,
+            status=Claim.Status.VERIFIED,
+            status_reason=f"a reviewer's answer replaces the refuted claim (now {claim.key})",
+            posted_at=at,
+            checked_at=at,
+            checked_by=evidence["source"],
+        )
+        Evidence.objects.create(
+            claim=answer,
+            role=Evidence.Role.CHECK,
+            kind=HUMAN_ANSWER,
+            source=evidence["source"],
+            payload_hash=evidence["payload_hash"],
+            payload=evidence.get("payload"),
+            submitted_by=evidence["source"],
+            verdict=Claim.Status.VERIFIED,
+            verdict_reason="a reviewer's answer is itself a verified claim",
+            created_at=at,
+        )
+        superseded.append(key)
+    return superseded

@@ -71,3 +71,37 @@ def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_se
     for coder_task in ("discount-resolver", "api-change"):
         task = next(t for t in body["tasks"] if t["key"] == coder_task)
         assert f"claim:{all_green.CLAIM}" in task["blockers"]
+
+
+def test_the_reviewers_answer_reframes_the_planner_and_releases_the_coders(
+    worker, client, http, fleet
+):
+    play(fleet, STORY, range(all_green.REFUTED + 1), transport=http)
+    eventually(lambda: Decision.objects.filter(task__key="plan", action="reframe").exists())
+    play(fleet, STORY, range(all_green.REFUTED + 1, all_green.TIER_TABLE + 1), transport=http)
+    eventually(lambda: Escalation.objects.filter(task__key="plan").exists())
+    play(fleet, STORY, [len(STORY.steps) - 1], transport=http)
+    escalation = Escalation.objects.get(task__key="plan")
+
+    alice, _ = services.member_add(username="alice", fleet=fleet, role="reviewer")
+    client.force_login(alice)
+    page = client.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "Where does a customer&#x27;s tier come from today" in page
+    response = client.post(f"/escalations/{escalation.pk}/answer/", {"text": all_green.ANSWER})
+    assert response.status_code == 302
+
+    escalation.refresh_from_db()
+    assert escalation.status == "answered"
+    assert set(escalation.answer.released) >= {"plan", "discount-resolver", "api-change"}
+    context = api(client, fleet, f"/runs/{all_green.RUN}/tasks/plan/context")
+    assert context["decision"] == "reframe"
+    assert all_green.ANSWER in json.dumps(context["ground_truth"])
+    eventually(lambda: Task.objects.get(key="discount-resolver").ready)
+    frontier = api(client, fleet, f"/runs/{all_green.RUN}/frontier")
+    assert {"plan", "discount-resolver", "api-change"} <= set(frontier["ready"])
+    # The refuted claim keeps its history; the answer now stands in its place.
+    body = api(client, fleet, f"/runs/{all_green.RUN}")
+    claims = {c["key"]: c for c in body["claims"]}
+    assert claims[all_green.CLAIM]["status"] == "verified"
+    assert claims[f"{all_green.CLAIM}@refuted-1"]["status"] == "refuted"
+    assert claims[f"{all_green.CLAIM}@refuted-1"]["blast_radius"]["agents"] == 1
