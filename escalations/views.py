@@ -1,12 +1,16 @@
 """Pages of the human desk: sign-in, the queue, a packet and its actions, the manager reports."""
 
+import csv
+from datetime import timedelta
+from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.decorators import login_required as django_login_required
 from django.contrib.auth.views import LoginView
 from django.core.cache import cache
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -17,6 +21,7 @@ from django_htmx.middleware import HtmxDetails
 from escalations import selectors, services
 from escalations.models import Escalation
 from escalations.services import AlreadyActed, Refused
+from fleet.models import Fleet
 from runs.models import Claim
 
 
@@ -27,6 +32,23 @@ class HtmxHttpRequest(HttpRequest):
 LOGIN_FAILURES = 5  # per username, within the window
 LOGIN_FAILURES_PER_ADDRESS = 20
 LOGIN_WINDOW_SECONDS = 15 * 60
+
+
+def login_required(view: Any) -> Any:
+    """Django's login_required, but an htmx request (a poll) is sent to sign in as a whole page,
+    not handed the sign-in form to swap into the queue."""
+    guarded = django_login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.htmx and not request.user.is_authenticated:
+            response = HttpResponse(status=204)
+            page = request.htmx.current_url_abs_path or request.get_full_path()
+            response["HX-Redirect"] = f"{reverse('login')}?{urlencode({'next': page})}"
+            return response
+        return guarded(request, *args, **kwargs)
+
+    return wrapper
 
 
 def poll_seconds() -> int:
@@ -391,7 +413,110 @@ def recheck(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -> Http
     return redirect("packet", escalation_id=escalation_id)
 
 
+WINDOWS = {"7": 7, "30": 30, "90": 90, "all": None}
+
+
+def report_scope(request: HtmxHttpRequest) -> tuple[list[int], dict[str, Any]]:
+    """The fleets the person manages (narrowed by ?fleet=) and the window (?days=)."""
+    managed = selectors.managed_fleet_ids(request.user)
+    fleets = dict(Fleet.objects.filter(pk__in=managed).order_by("name").values_list("name", "pk"))
+    chosen = request.GET.get("fleet", "")
+    ids = [fleets[chosen]] if chosen in fleets else list(fleets.values())
+    days = request.GET.get("days", "30")
+    if days not in WINDOWS:
+        days = "30"
+    window = WINDOWS[days]
+    since = timezone.now() - timedelta(days=window) if window is not None else None
+    return ids, {
+        "fleets": list(fleets),
+        "fleet": chosen if chosen in fleets else "",
+        "days": days,
+        "since": since,
+        "managed": bool(managed),
+        "windows": [
+            ("7", "Last 7 days"),
+            ("30", "Last 30 days"),
+            ("90", "Last 90 days"),
+            ("all", "All time"),
+        ],
+        "query": urlencode({k: v for k, v in (("fleet", chosen), ("days", days)) if v}),
+    }
+
+
+def report_data(request: HtmxHttpRequest) -> dict[str, Any]:
+    ids, scope = report_scope(request)
+    now = timezone.now()
+    runs = selectors.report_runs(ids, since=scope["since"], now=now)
+    return {
+        **scope,
+        "runs": runs,
+        "handoffs": selectors.handoffs_for_fleet(ids, now=now) if ids else [],
+        "health": selectors.escalation_health(ids, since=scope["since"], runs=runs),
+        "retries": selectors.retry_rows(ids, since=scope["since"]),
+        "chart": {
+            "labels": [f"{r['run'].key} ({r['run'].started_at:%Y-%m-%d})" for r in runs],
+            "minutes": [r["minutes"] for r in runs],
+            "agents": [r["agents"] for r in runs],
+            "artifacts": [r["artifacts"] for r in runs],
+        },
+    }
+
+
+def managers_only(request: HtmxHttpRequest) -> HttpResponse | None:
+    if selectors.managed_fleet_ids(request.user):
+        return None
+    return render(request, "escalations/reports_forbidden.html", status=403)
+
+
 @login_required
 @require_GET
-def reports(request: HtmxHttpRequest) -> HttpResponse:
-    return HttpResponse("reports")
+def reports_page(request: HtmxHttpRequest) -> HttpResponse:
+    refused = managers_only(request)
+    if refused is not None:
+        return refused
+    return render(request, "escalations/reports.html", report_data(request))
+
+
+CSV_TABLES = ("runs", "handoffs", "escalations", "retries")
+
+
+@login_required
+@require_GET
+def reports_csv(request: HtmxHttpRequest, table: str) -> HttpResponse:
+    refused = managers_only(request)
+    if refused is not None:
+        return refused
+    if table not in CSV_TABLES:
+        raise Http404(f"no report table {table!r}")
+    data = report_data(request)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="bulkhead-{table}.csv"'
+    out = csv.writer(response)
+    if table == "runs":
+        out.writerow(["fleet", "run", "started_at", "state", "claims", "unverified", "refuted",
+                      "widest_claim", "agents", "artifacts", "minutes", "tasks",
+                      "late_disasters"])  # fmt: skip
+        for r in data["runs"]:
+            out.writerow([r["fleet"], r["run"].key, r["run"].started_at.isoformat(), r["run"].state,
+                          r["claims"], r["unverified"], r["refuted"], r["claim"], r["agents"],
+                          r["artifacts"], r["minutes"], r["tasks"],
+                          " ".join(r["late_disasters"])])  # fmt: skip
+    elif table == "handoffs":
+        out.writerow(["fleet", "producer", "consumer", "claims", "checkable", "refuted",
+                      "median_unchecked_minutes"])  # fmt: skip
+        for h in data["handoffs"]:
+            out.writerow([h["fleet"], h["producer"], h["consumer"], h["claims"], h["checkable"],
+                          h["refuted"], h["median_unchecked_minutes"]])  # fmt: skip
+    elif table == "escalations":
+        out.writerow(["id", "fleet", "run", "task", "status", "attempt", "early", "opened_at",
+                      "first_look_minutes", "answer_minutes", "packet_to_action_minutes"])  # fmt: skip
+        for e in data["health"]["rows"]:
+            out.writerow([e["id"], e["fleet"], e["run"], e["task"], e["status"], e["attempt"],
+                          e["early"], e["opened_at"].isoformat(), e["first_look_minutes"],
+                          e["answer_minutes"], e["packet_to_action_minutes"]])  # fmt: skip
+    else:
+        out.writerow(["task", "failed_attempt", "failure", "repeat", "prompt_hash", "context_hash"])
+        for row in data["retries"]:
+            out.writerow([row["task"], row["failed_attempt"], row["failure"], row["repeat"],
+                          row["prompt_hash"], row["context_hash"]])  # fmt: skip
+    return response

@@ -61,7 +61,8 @@ def graph_of(tasks: list[dict[str, Any]]) -> dict[str, Any]:
                     "state": "ready" if t["state"] == "pending" and t["ready"] else t["state"],
                     "agent": t["agent"],
                     "blockers": t["blockers"],
-                    "blocked": bool(t["blockers"]),
+                    # Waiting for a prerequisite to finish is not being blocked.
+                    "blocked": any(not b.startswith("prerequisite:") for b in t["blockers"]),
                 }
             }
             for t in shown

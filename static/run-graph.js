@@ -32,6 +32,8 @@
       container: container,
       elements: data.nodes.concat(data.edges),
       autoungrabify: true,
+      maxZoom: 1.25,
+      minZoom: 0.2,
       wheelSensitivity: 0.2,
       style: [
         {

@@ -335,3 +335,13 @@ def test_claiming_an_answered_escalation_says_who_answered(desk, alice, bob):
     response = signed_in(bob).post(f"/escalations/{escalation.pk}/claim/", HTTP_HX_REQUEST="true")
     assert response.status_code == 409
     assert "Answered by alice at" in response.content.decode()
+
+
+def test_a_poll_after_the_session_ends_sends_the_whole_page_to_sign_in(db):
+    response = Client().get(
+        "/escalations/?agent=coder",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL="http://testserver/escalations/?agent=coder",
+    )
+    assert response.status_code == 204
+    assert response["HX-Redirect"] == "/login/?next=%2Fescalations%2F%3Fagent%3Dcoder"

@@ -1,0 +1,218 @@
+"""Manager reports: blast radius per run and per handoff, escalation health, CSV; pure parts first."""
+
+import csv
+import io
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.test import Client, TestCase
+from django.utils import timezone
+
+from escalations import reports
+from escalations.models import Escalation
+from fleet import services
+from runs.models import Attempt, Task
+from tests.escalations.desk import Desk, member
+from tests.fixtures.seed import ALL_GREEN_RUN, phoenixdx
+
+T0 = datetime(2026, 6, 2, 9, 0, tzinfo=UTC)
+
+
+# Pure
+
+
+def test_percentiles_interpolate_between_ranks():
+    assert reports.percentile([], 0.5) is None
+    assert reports.percentile([4.0], 0.9) == 4.0
+    assert reports.percentile([1.0, 2.0, 3.0, 10.0], 0.5) == 2.5
+    assert reports.percentile([1.0, 2.0, 3.0, 10.0], 0.9) == pytest.approx(7.9)
+    assert reports.stats([None, 1.0, 3.0]) == reports.Stats(count=2, median=2.0, p90=2.8)
+
+
+def test_minutes_between_needs_both_ends():
+    assert reports.minutes_between(T0, T0 + timedelta(seconds=90)) == 1.5
+    assert reports.minutes_between(T0, None) is None
+
+
+def attempt(number, kind="", prompt="p1", context="c1", task="r/plan"):
+    return reports.AttemptFact(task, number, prompt, context, kind)
+
+
+def test_a_non_transient_failure_run_again_unchanged_is_a_same_context_retry():
+    repeated = [attempt(1, "reasoning"), attempt(2, "reasoning"), attempt(3, context="c2")]
+    assert reports.same_context_retries(repeated) == [(repeated[0], repeated[1])]
+
+
+def test_transient_retries_and_changed_attempts_are_not_counted():
+    assert reports.same_context_retries([attempt(1, "transient"), attempt(2)]) == []
+    assert reports.same_context_retries([attempt(1, "spec"), attempt(2, context="c2")]) == []
+    assert reports.same_context_retries([attempt(1, "spec"), attempt(1, task="r/other")]) == []
+
+
+def test_a_refutation_after_artifacts_is_a_late_disaster():
+    assert reports.is_late_disaster(T0 + timedelta(minutes=41), [T0 + timedelta(minutes=18)])
+    assert not reports.is_late_disaster(T0 + timedelta(minutes=2), [T0 + timedelta(minutes=18)])
+    assert not reports.is_late_disaster(None, [T0])
+
+
+def test_a_runs_blast_radius_is_its_widest_reaching_claims():
+    radii = {
+        "a": {"agents": 3, "artifacts": 4, "minutes": 40.04, "tasks": ["x", "y"]},
+        # Never checked: it counts to now, but it reached fewer agents.
+        "b": {"agents": 2, "artifacts": 4, "minutes": 264000.0, "tasks": ["y", "z"]},
+    }
+    summary = reports.run_summary(radii, {"a": "refuted", "b": "unverified", "c": "verified"})
+    assert summary == {
+        "claims": 3,
+        "unverified": 1,
+        "refuted": 1,
+        "claim": "a",
+        "agents": 3,
+        "artifacts": 4,
+        "minutes": 40.0,
+        "tasks": 3,
+    }
+    assert reports.run_summary({}, {})["agents"] == 0
+
+
+# Pages
+
+
+@pytest.fixture
+def carol(fleet):
+    """A manager of acme."""
+    return member("carol", fleet, role="manager")
+
+
+def signed_in(user):
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+@pytest.fixture
+def all_green(client, fleet):
+    phoenixdx(client, fleet)
+    call_command("import_events", "acme", str(ALL_GREEN_RUN), stdout=io.StringIO())
+
+
+def rows_of(response):
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+@pytest.mark.django_db
+def test_the_all_green_run_reports_3_agents_4_prs_40_minutes_and_a_late_disaster(all_green, carol):
+    page = signed_in(carol).get("/reports/?days=all")
+    assert page.status_code == 200
+    runs = rows_of(signed_in(carol).get("/reports/runs.csv?days=all"))
+    assert len(runs) == 1
+    run = runs[0]
+    assert (run["run"], run["agents"], run["artifacts"], run["minutes"]) == (
+        "tier-discounts",
+        "3",
+        "4",
+        "40.0",
+    )
+    assert run["late_disasters"] == "plan.customer-tier"
+    html = page.content.decode()
+    assert "Blast radius per run" in html and '<canvas id="blast-chart"' in html
+    assert '"minutes": [40.0]' in html  # the chart's data
+
+
+@pytest.mark.django_db
+def test_handoffs_say_which_boundaries_carry_checkable_evidence(all_green, carol):
+    handoffs = rows_of(signed_in(carol).get("/reports/handoffs.csv?days=all"))
+    boundary = next(h for h in handoffs if (h["producer"], h["consumer"]) == ("planner", "schema"))
+    assert boundary["claims"] == "1" and boundary["checkable"] == "0"
+    html = signed_in(carol).get("/reports/?days=all").content.decode()
+    assert "planner → schema" in html and "0 of 1" in html
+
+
+@pytest.mark.django_db
+def test_escalation_health_is_measured_and_escalated_is_kept_apart_from_failed(
+    client, fleet, carol
+):
+    desk = Desk(client, fleet)
+    desk.run()
+    escalation = desk.escalate()
+    opened = timezone.now() - timedelta(minutes=10)
+    Escalation.objects.filter(pk=escalation.pk).update(opened_at=opened)
+    alice = signed_in(member("alice", fleet))
+    alice.get(f"/escalations/{escalation.pk}/")  # the first look and the packet opened
+    Escalation.objects.filter(pk=escalation.pk).update(
+        first_looked_at=opened + timedelta(minutes=4),
+        packet_opened_at=opened + timedelta(minutes=4),
+    )
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        alice.post(f"/escalations/{escalation.pk}/answer/", {"text": "loyalty points"})
+    rows = rows_of(signed_in(carol).get("/reports/escalations.csv"))
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == "answered" and row["early"] == "True"
+    assert float(row["first_look_minutes"]) == pytest.approx(4.0)
+    assert float(row["answer_minutes"]) == pytest.approx(10.0, abs=0.2)
+    assert float(row["packet_to_action_minutes"]) == pytest.approx(6.0, abs=0.2)
+    html = signed_in(carol).get("/reports/").content.decode()
+    assert "Early escalations<strong>1</strong>" in html
+    assert "Escalated<strong>1</strong>" in html and "Failed<strong>0</strong>" in html
+
+
+@pytest.mark.django_db
+def test_same_context_retries_are_listed(client, fleet, carol):
+    desk = Desk(client, fleet)
+    desk.run()
+    task = Task.objects.get(key="plan")
+    for number, kind in ((1, "reasoning"), (2, "")):
+        Attempt.objects.create(
+            task=task,
+            number=number,
+            agent=desk.planner.agent,
+            prompt_hash="p",
+            context_hash="c",
+            started_at=timezone.now(),
+            failure_kind=kind,
+        )
+    rows = rows_of(signed_in(carol).get("/reports/retries.csv"))
+    assert rows == [
+        {
+            "task": "tier-discounts/plan",
+            "failed_attempt": "1",
+            "failure": "reasoning",
+            "repeat": "2",
+            "prompt_hash": "p",
+            "context_hash": "c",
+        }
+    ]
+    assert (
+        "Same-context retries<strong>1</strong>"
+        in signed_in(carol).get("/reports/").content.decode()
+    )
+
+
+@pytest.mark.django_db
+def test_a_reviewer_is_told_reports_are_for_managers(fleet):
+    alice = signed_in(member("alice", fleet))
+    response = alice.get("/reports/")
+    assert response.status_code == 403
+    assert "Reports are for managers" in response.content.decode()
+    assert alice.get("/reports/runs.csv").status_code == 403
+    assert 'href="/reports/"' not in alice.get("/escalations/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_manager_sees_only_the_fleets_they_manage(all_green, carol):
+    other = member("dave", services.fleet_create(name="globex"), role="manager")
+    assert rows_of(signed_in(other).get("/reports/runs.csv?days=all")) == []
+    assert rows_of(signed_in(carol).get("/reports/runs.csv?days=all&fleet=globex")) != []
+
+
+@pytest.mark.django_db
+def test_an_unknown_table_is_not_found(carol):
+    assert signed_in(carol).get("/reports/secrets.csv").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_window_leaves_out_older_runs(all_green, carol):
+    assert rows_of(signed_in(carol).get("/reports/runs.csv?days=7")) == []
+    assert len(rows_of(signed_in(carol).get("/reports/runs.csv?days=all"))) == 1

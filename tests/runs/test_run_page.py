@@ -1,0 +1,113 @@
+"""The run page: the graph's data (states and blockers), claims with blast radius, decisions with
+reasons, progress, the failure cause, deliveries; and the list of runs, per fleet."""
+
+import json
+import re
+
+import pytest
+from django.test import Client, TestCase
+
+from fleet import services
+from fleet.models import Delivery
+from runs.models import Run
+from tests.escalations.desk import HASH, Desk, member
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def desk(client, fleet):
+    fleet.callback_url = (
+        "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves the machine
+    )
+    fleet.save()
+    desk = Desk(client, fleet)
+    desk.run()
+    return desk
+
+
+@pytest.fixture
+def browser(fleet):
+    client = Client()
+    client.force_login(member("alice", fleet))
+    return client
+
+
+def graph(page):
+    data = re.search(r'<script id="graph-data" type="application/json">(.*?)</script>', page, re.S)
+    return json.loads(data.group(1))
+
+
+def test_the_graph_shows_states_and_blockers(desk, browser):
+    desk.planner.post(
+        "capability.changed", {"capability": "forge", "status": "down", "reason": "503s"}
+    )
+    escalation = desk.escalate()
+    run = Run.objects.get(key="tier-discounts")
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    drawn = graph(page)
+    nodes = {n["data"]["id"]: n["data"] for n in drawn["nodes"]}
+    assert nodes["plan"]["state"] == "escalated"
+    assert nodes["api-change"]["blockers"] == ["capability:forge", "prerequisite:plan"]
+    assert nodes["api-change"]["blocked"] is True
+    edges = {(e["data"]["source"], e["data"]["target"]) for e in drawn["edges"]}
+    assert edges == {("plan", "discount-resolver"), ("plan", "api-change")}
+    assert "cytoscape.min.js" in page and "cytoscape-dagre.js" in page and "run-graph.js" in page
+    assert '<code class="blocker">capability:forge</code>' in page  # the table says it too
+    assert f'href="/escalations/{escalation.pk}/"' in page
+
+
+def test_claims_decisions_progress_cause_and_deliveries_are_shown(desk, browser):
+    desk.planner.post(
+        "claim.posted",
+        {
+            "run": "tier-discounts",
+            "task": "plan",
+            "claim": {
+                "key": "plan.customer-tier",
+                "statement": "customers has a customer_tier column",
+                "evidence": {"kind": "query_result", "source": "SELECT 1", "payload_hash": HASH},
+            },
+        },
+    )
+    escalation = desk.escalate()
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        browser.post(f"/escalations/{escalation.pk}/abort/", {"reason": "the feature was dropped"})
+    run = Run.objects.get(key="tier-discounts")
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    claims = page[page.index('id="claims-title"') : page.index('id="escalations-title"')]
+    assert "plan.customer-tier" in claims and ">unverified<" in claims and "0 agents" in claims
+    decisions = page[page.index('id="decisions-title"') : page.index('id="progress-title"')]
+    assert ">abort<" in decisions and "alice aborted plan" in decisions
+    assert (
+        "Failure cause" in page
+        and "plan: aborted by reviewer:alice: the feature was dropped" in page
+    )
+    deliveries = page[page.index('id="deliveries-title"') :]
+    for kind in ("run.failed", "escalation.opened"):
+        assert f"<code>{kind}</code>" in deliveries
+    assert Delivery.objects.filter(type="run.failed").exists()
+
+
+def test_a_run_of_another_fleet_is_not_found(desk):
+    stranger = Client()
+    stranger.force_login(member("mallory", services.fleet_create(name="globex")))
+    run = Run.objects.get(key="tier-discounts")
+    assert stranger.get(f"/runs/{run.pk}/").status_code == 404
+    assert "tier-discounts" not in stranger.get("/runs/").content.decode()
+
+
+def test_the_runs_list_pages_back_in_time(desk, browser, monkeypatch):
+    from runs import views
+
+    monkeypatch.setattr(views, "RUNS_PER_PAGE", 1)
+    desk.run("second", tasks=[{"key": "x", "agent": "coder"}])
+    Run.objects.filter(key="second").update(
+        started_at=Run.objects.get(key="tier-discounts").started_at.replace(year=2025)
+    )
+    first = browser.get("/runs/").content.decode()
+    assert "tier-discounts" in first and "second" not in first
+    older = re.search(r'href="\?before=([^"]+)" rel="next"', first).group(1)
+    second = browser.get(f"/runs/?before={older}").content.decode()
+    assert ">second<" in second and "tier-discounts" not in second
+    assert browser.get("/runs/?before=nonsense").status_code == 200
