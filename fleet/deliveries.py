@@ -1,100 +1,200 @@
-"""Sends one outbound notification, signed, and records what the receiver said."""
+"""Sends one outbound notification, signed, and records what the receiver said.
+
+A delivery is sent at least once and always under its own webhook-id, so a receiver that
+dedupes on it sees each notification once. The send is leased, not locked: the row is claimed
+in one short transaction (next_attempt_at moves past the request's timeout), the request runs
+outside any transaction, and its result is written in another. A worker that dies in the middle
+leaves the delivery due again once the lease runs out, and the reconciler sends it.
+"""
 
 import json
 import random
 import time
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 
 import httpx
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from fleet import signing
 from fleet.models import Delivery, DeliveryAttempt
 
-MAX_ATTEMPTS = 12
 BASE_DELAY_S = 5.0
 MAX_DELAY_S = 3600.0
+# A receiver may be down this long and still get everything; past it a delivery is failed.
+RETRY_WINDOW_S = 3 * 24 * 3600.0
+TIMEOUT_S = 10.0
 THROTTLED = {429, 502, 503, 504}
+USER_AGENT = "Bulkhead-Webhooks/1"
+
+
+@dataclass(frozen=True)
+class Response:
+    status_code: int | None  # None: no answer (refused, timed out, reset)
+    error: str
+    retry_after: float | None
+    duration_ms: int
+
+
+def timeout_s() -> float:
+    return float(getattr(settings, "DELIVERY_TIMEOUT_SECONDS", TIMEOUT_S))
+
+
+def retry_window_s() -> float:
+    return float(getattr(settings, "DELIVERY_RETRY_WINDOW_SECONDS", RETRY_WINDOW_S))
+
+
+def lease_s(timeout: float) -> float:
+    """How long a claimed send keeps others off: connect, write and read may each take `timeout`."""
+    return 3 * timeout + 30
 
 
 def backoff(attempts: int, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter: the wait before the next try, after `attempts` tries."""
     rng = rng or random.Random()
-    delay = min(MAX_DELAY_S, BASE_DELAY_S * 2 ** max(0, attempts - 1))
+    delay = min(MAX_DELAY_S, BASE_DELAY_S * 2 ** min(max(0, attempts - 1), 32))
     return delay * (0.5 + rng.random() / 2)
 
 
-def retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
+def retry_after(headers: httpx.Headers, now: datetime) -> float | None:
+    """Seconds the receiver asked us to wait (delta-seconds or an HTTP date), if it said."""
+    value = headers.get("retry-after", "").strip()
+    if not value:
+        return None
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - now).total_seconds())
 
 
-def send(delivery_id: int, *, timeout: float = 10.0) -> str:
-    """Attempt one delivery if it is due; returns its status afterwards."""
+def send(delivery_id: int, *, timeout: float | None = None) -> str:
+    """Attempt one delivery if it is due; returns its status afterwards ("skipped", "not due")."""
+    timeout = timeout_s() if timeout is None else timeout
     with transaction.atomic():
         delivery = (
-            Delivery.objects.select_for_update(skip_locked=True)
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("fleet")
             .filter(pk=delivery_id, status=Delivery.Status.PENDING)
             .first()
         )
         if delivery is None:
             return "skipped"
-        if delivery.next_attempt_at > timezone.now():
+        now = timezone.now()
+        if delivery.next_attempt_at > now:
             return "not due"
         fleet = delivery.fleet
         if not fleet.callback_url or fleet.callback_disabled_at:
             delivery.status = Delivery.Status.DISABLED
-            delivery.save(update_fields=["status"])
+            delivery.last_error = "the fleet's callback is " + (
+                "disabled" if fleet.callback_disabled_at else "not set"
+            )
+            delivery.save(update_fields=["status", "last_error"])
             return delivery.status
-        body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False).encode()
-        headers = signing.sign(
-            fleet.callback_secret, msg_id=delivery.webhook_id, timestamp=int(time.time()), body=body
-        )
-        headers["content-type"] = "application/json"
-        started = time.monotonic()
-        status_code: int | None = None
-        error = ""
-        response: httpx.Response | None = None
-        try:
-            response = httpx.post(
-                fleet.callback_url, content=body, headers=headers, timeout=timeout
-            )
-            status_code = response.status_code
-        except httpx.HTTPError as exc:
-            error = f"{exc.__class__.__name__}: {exc}"[:500]
-        duration = int((time.monotonic() - started) * 1000)
         delivery.attempts += 1
-        delivery.last_status_code = status_code
-        delivery.last_error = error
-        DeliveryAttempt.objects.create(
-            delivery=delivery, status_code=status_code, error=error, duration_ms=duration
-        )
-        now = timezone.now()
-        if status_code is not None and 200 <= status_code < 300:
-            delivery.status = Delivery.Status.DELIVERED
-            delivery.delivered_at = now
-        elif status_code == 410:
-            delivery.status = Delivery.Status.DISABLED
-            fleet.callback_disabled_at = now
-            fleet.callback_disabled_reason = (
-                f"the receiver answered 410 Gone to {delivery.webhook_id}"
-            )
-            fleet.save(update_fields=["callback_disabled_at", "callback_disabled_reason"])
-        elif delivery.attempts >= MAX_ATTEMPTS:
-            delivery.status = Delivery.Status.FAILED
-        else:
-            wait = backoff(delivery.attempts)
-            if response is not None and status_code in THROTTLED:
-                wait = max(wait, retry_after(response) or 0.0)
-            delivery.next_attempt_at = now + timedelta(seconds=wait)
-        delivery.save()
-        if delivery.status == Delivery.Status.PENDING:
-            from fleet.tasks import deliver
+        delivery.next_attempt_at = now + timedelta(seconds=lease_s(timeout))
+        delivery.save(update_fields=["attempts", "next_attempt_at"])
+        url, secret = fleet.callback_url, fleet.callback_secret
+        webhook_id, payload, number = delivery.webhook_id, delivery.payload, delivery.attempts
+    response = post(url, secret, webhook_id=webhook_id, payload=payload, timeout=timeout)
+    return record(delivery_id, number, response)
 
-            delay = (delivery.next_attempt_at - now).total_seconds()
-            transaction.on_commit(lambda: deliver.apply_async((delivery_id,), countdown=delay))
+
+def post(url: str, secret: str, *, webhook_id: str, payload: object, timeout: float) -> Response:
+    """One signed POST; the signature is fresh (a new timestamp), the webhook-id never changes."""
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    headers = signing.sign(secret, msg_id=webhook_id, timestamp=int(time.time()), body=body)
+    headers["content-type"] = "application/json"
+    headers["user-agent"] = USER_AGENT
+    started = time.monotonic()
+    try:
+        answer = httpx.post(url, content=body, headers=headers, timeout=timeout)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        return Response(
+            status_code=None,
+            error=f"{exc.__class__.__name__}: {exc}"[:500],
+            retry_after=None,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+    return Response(
+        status_code=answer.status_code,
+        error="" if answer.is_success else answer.text[:200],
+        retry_after=retry_after(answer.headers, timezone.now())
+        if answer.status_code in THROTTLED
+        else None,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+@transaction.atomic
+def record(delivery_id: int, number: int, response: Response) -> str:
+    """Log the try, and deliver, disable, fail or schedule the next one."""
+    delivery = (
+        Delivery.objects.select_for_update(of=("self",))
+        .select_related("fleet")
+        .filter(pk=delivery_id)
+        .first()
+    )
+    if delivery is None:
+        return "skipped"
+    DeliveryAttempt.objects.create(
+        delivery=delivery,
+        status_code=response.status_code,
+        error=response.error,
+        duration_ms=response.duration_ms,
+    )
+    now = timezone.now()
+    code = response.status_code
+    if delivery.status != Delivery.Status.PENDING:
         return delivery.status
+    delivery.last_status_code = code
+    delivery.last_error = response.error
+    if code is not None and 200 <= code < 300:
+        delivery.status = Delivery.Status.DELIVERED
+        delivery.delivered_at = now
+        delivery.save()
+        return delivery.status
+    if code == 410:
+        fleet = delivery.fleet
+        fleet.callback_disabled_at = now
+        fleet.callback_disabled_reason = f"the receiver answered 410 Gone to {delivery.webhook_id}"
+        fleet.save(update_fields=["callback_disabled_at", "callback_disabled_reason"])
+        # Gone means gone: nothing else queued for that endpoint is sent either.
+        Delivery.objects.filter(fleet=fleet, status=Delivery.Status.PENDING).exclude(
+            pk=delivery.pk
+        ).update(status=Delivery.Status.DISABLED, last_error="the receiver answered 410 Gone")
+        delivery.status = Delivery.Status.DISABLED
+        delivery.save()
+        return delivery.status
+    if delivery.attempts != number:
+        # The lease ran out and another worker tried again meanwhile: that try schedules the next.
+        delivery.save(update_fields=["last_status_code", "last_error"])
+        return delivery.status
+    window = retry_window_s()
+    if (now - delivery.created_at).total_seconds() >= window:
+        delivery.status = Delivery.Status.FAILED
+        delivery.save()
+        return delivery.status
+    wait = backoff(delivery.attempts)
+    if response.retry_after is not None:
+        wait = max(wait, min(response.retry_after, window))
+    delivery.next_attempt_at = now + timedelta(seconds=wait)
+    delivery.save()
+    schedule(delivery_id, wait)
+    return delivery.status
+
+
+def schedule(delivery_id: int, wait: float) -> None:
+    from fleet.tasks import countdown, deliver
+
+    delay = countdown(wait)
+    transaction.on_commit(lambda: deliver.apply_async((delivery_id,), countdown=delay))

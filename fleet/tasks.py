@@ -6,6 +6,18 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+# Redis hands a delayed message to a worker at once and redelivers it if it is not acknowledged
+# within the visibility timeout; a countdown past that would run twice. Longer waits are kept
+# in the database (a retry's not_before, a delivery's next_attempt_at) and picked up there.
+DEFAULT_VISIBILITY_TIMEOUT_S = 3600
+
+
+def countdown(seconds: float) -> float:
+    """A countdown the broker will not redeliver early: at most half the visibility timeout."""
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
+    visibility = float(options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT_S))
+    return max(0.0, min(seconds, visibility / 2))
+
 
 @shared_task(acks_late=True)
 def deliver(delivery_id: int) -> str:
@@ -27,10 +39,12 @@ def reconcile() -> dict[str, int]:
     runs = sorted(set(stale[:5000]))[:500]
     for run_id in runs:
         recompute.delay(run_id, None, None)
+    # Due for a while and still pending: its message was lost, or its worker died mid-request
+    # (then its lease, next_attempt_at, has run out).
     due = list(
-        Delivery.objects.filter(
-            status=Delivery.Status.PENDING, next_attempt_at__lte=now - timedelta(seconds=30)
-        ).values_list("pk", flat=True)[:500]
+        Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=grace)
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)[:500]
     )
     for delivery_id in due:
         deliver.delay(delivery_id)

@@ -6,7 +6,17 @@ from runs.models import Decision, Task
 
 
 def next_attempt(task: Task) -> dict[str, Any]:
-    decision = Decision.objects.filter(task=task).order_by("-created_at", "-id").first()
+    """The latest decision, with every piece of ground truth the task was given and its scope.
+
+    Ground truth accumulates: a retry or a Resume keeps the context of the reframe before it,
+    and a reroute hands the new agent what the old one had learnt.
+    """
+    decisions = list(Decision.objects.filter(task=task).order_by("created_at", "id"))
+    decision = decisions[-1] if decisions else None
+    truth: list[Any] = []
+    for d in decisions:
+        truth += [item for item in d.ground_truth if item not in truth]
+    scope = next((d.scope for d in reversed(decisions) if d.scope), None)
     blockers = sorted(task.blockers.filter(cleared_at__isnull=True).values_list("code", flat=True))
     return {
         "run": task.run.key,
@@ -17,7 +27,7 @@ def next_attempt(task: Task) -> dict[str, Any]:
         "blockers": blockers,
         "decision": decision.action if decision else None,
         "reason": decision.reason if decision else None,
-        "ground_truth": decision.ground_truth if decision else [],
-        "scope": (decision.scope or None) if decision else None,
+        "ground_truth": truth,
+        "scope": scope,
         "not_before": decision.not_before if decision else None,
     }

@@ -1,21 +1,581 @@
-"""After an attempt: run the retry policy, store the decision and act on it (the retry policy issue)."""
+"""After an attempt: run the retry policy, store its decision with its reason, and act on it.
 
+`after_attempt` is the policy's caller for a finished attempt (enqueued after the commit of a
+failed `task.finished`, or of one that left killed background work); `claim_refuted` is its
+caller for a claim that reality refuted; `act_on_decision` carries out a retry once it is due;
+`task_abort` is the desk's way to stop a task and fail its run. Each runs in one transaction and
+is idempotent: the Decision row (acted_at) is the truth, the broker's messages only wake it.
+"""
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
-def after_attempt(attempt_id: int) -> None:
-    """Not built yet: the retry policy issue wires runs.policy here."""
+from fleet.models import Agent, Capability
+from fleet.outbox import notify
+from runs import policy, scheduler
+from runs.evidence import HUMAN_ANSWER
+from runs.models import Attempt, Claim, Decision, Evidence, ProgressLine, Run, Task
+from runs.selectors import attempt_cause, killed_records
+
+# The signature of a task whose load-bearing claim reality refuted: two such failures of
+# differently prompted attempts agree (the signal rule), whichever claims they were.
+CLAIM_REFUTED = "claim-refuted"
+BREAKER = "bulkhead:circuit-breaker"
+FLEET_BUDGET_PERIOD = timedelta(hours=1)  # Fleet.retry_budget is per hour
 
 
-def act_on_decision(decision_id: int) -> None:
-    """Not built yet: the retry policy issue carries out due decisions here."""
+def retry_config() -> policy.RetryConfig:
+    """The policy's knobs; settings.RETRY_POLICY may override any RetryConfig field."""
+    return policy.RetryConfig(**getattr(settings, "RETRY_POLICY", {}))
 
 
-def claim_refuted(*, claim: Any, reality: list[dict[str, Any]]) -> Any:
+def after_attempt(attempt_id: int) -> Decision | None:
+    """Decide what happens after an attempt that failed or left killed background work.
+
+    Nothing happens twice: an attempt that already has a decision, is no longer its task's
+    latest, or belongs to a run that is over or was imported, is left as it is.
+    """
+    run_id = Attempt.objects.filter(pk=attempt_id).values_list("task__run_id", flat=True).first()
+    if run_id is None:
+        return None
+    with transaction.atomic():
+        run = lock_run(run_id)
+        attempt = Attempt.objects.select_related("agent").get(pk=attempt_id)
+        task = lock_task(attempt.task_id)
+        if (
+            run.state != Run.State.RUNNING
+            or run.imported
+            or not attempt.outcome
+            or Decision.objects.filter(attempt=attempt).exists()
+            or task.attempts.filter(number__gt=attempt.number).exists()
+        ):
+            return None
+        now = timezone.now()
+        carried: Decision | None = None
+        if attempt.background_killed:
+            views = attempt_views(task)
+            background = policy.after_background_kill(task=task.key, attempts=views)
+            if background.action == "resume":
+                # A failure the attempt reported waits for the Resume's own outcome.
+                decision = record(
+                    run, task, attempt, now, action="resume", reason=background.reason
+                )
+                carry_out(decision, run, task, attempt, now)
+                return decision
+            if background.action == "carry_on":
+                ProgressLine.objects.create(
+                    run=run,
+                    task=task,
+                    text=background.progress_line or "",
+                    killed=list(background.killed),
+                    created_at=now,
+                )
+                carried = record(
+                    run, task, attempt, now, action="carry_on", reason=background.reason
+                )
+        if attempt.outcome != Attempt.Outcome.FAILED:
+            scheduler.mark_changed(run, [task.key])  # the outcome stands: it succeeded
+            return carried
+        return decide_failure(run, task, attempt, now)
+
+
+def claim_refuted(*, claim: Claim, reality: list[dict[str, Any]]) -> Decision | None:
     """A refuted claim is a loud failure of the task that posted it: hand it to the retry policy.
 
-    Called inside the verifying transaction. `reality` is the checker's evidence (the real payloads),
-    which becomes the ground truth of the producing task's reframed next attempt. Returns the
-    Decision. Not built yet: the retry policy issue implements it.
+    Called inside the verifying transaction. The task's latest attempt fails (whatever it
+    reported), with `reality` as ground truth, so the policy reframes it rather than running it
+    again on the same context. A task already with a person (escalated) or cancelled is left to
+    them: the refutation is on the claim, and its reality stays in the task's ground truth.
     """
-    return None
+    with transaction.atomic():
+        run = lock_run(claim.run_id)
+        task = lock_task(claim.task_id)
+        if run.state != Run.State.RUNNING or task.state in (
+            Task.State.ESCALATED,
+            Task.State.CANCELLED,
+        ):
+            return None
+        attempt = task.attempts.select_related("agent").order_by("-number").first()
+        if attempt is None:
+            return None
+        now = timezone.now()
+        failure = policy.Failure(
+            kind="reasoning",
+            signature=CLAIM_REFUTED,
+            message=f"claim {claim.key} ({claim.statement}) was refuted: {claim.status_reason}",
+        )
+        override = None
+        if attempt.outcome == Attempt.Outcome.FAILED:
+            override = failure  # it had failed already: this failure is the one decided on now
+        else:
+            attempt.outcome = Attempt.Outcome.FAILED
+            attempt.failure_kind = failure.kind
+            attempt.failure_signature = failure.signature
+            attempt.failure_message = failure.message
+            attempt.failure_capability = ""
+            attempt.finished_at = attempt.finished_at or now
+            attempt.save()
+            task.state = Task.State.FAILED
+            task.save(update_fields=["state"])
+        return decide_failure(run, task, attempt, now, reality=reality, override=override)
+
+
+def act_on_decision(decision_id: int) -> Decision | None:
+    """Carry out a stored decision once it is due: a retry puts its task back to pending.
+
+    Run any number of times, early or late: one that is not due yet does nothing (its message
+    or the reconciler brings it back), one already acted on does nothing.
+    """
+    head = Decision.objects.filter(pk=decision_id).values_list("run_id", "task_id").first()
+    if head is None:
+        return None
+    with transaction.atomic():
+        run = lock_run(head[0])
+        task = lock_task(head[1])
+        decision = Decision.objects.select_for_update().get(pk=decision_id)
+        now = timezone.now()
+        if decision.acted_at is not None or (decision.not_before and decision.not_before > now):
+            return decision
+        decision.acted_at = now
+        decision.save(update_fields=["acted_at"])
+        if (
+            decision.action == Decision.Action.RETRY
+            and run.state == Run.State.RUNNING
+            and task.state == Task.State.FAILED
+        ):
+            back_to_pending(task)
+            scheduler.mark_changed(run, [task.key])
+        return decision
+
+
+@transaction.atomic
+def task_abort(*, task: Task, by: str, reason: str) -> Decision:
+    """Stop a task for good and fail its run (a reviewer's abort); the cause names killed work."""
+    run = lock_run(task.run_id)
+    task = lock_task(task.pk)
+    now = timezone.now()
+    attempt = task.attempts.order_by("-number").first()
+    decision = record(
+        run,
+        task,
+        attempt,
+        now,
+        action="abort",
+        reason=f"Abort: {by} aborted {task.key}: {reason}; the run fails.",
+    )
+    if task.state != Task.State.SUCCEEDED:
+        task.state = Task.State.FAILED
+        task.ready = False
+        task.save(update_fields=["state", "ready"])
+    fail_run(run, task, cause=f"{task.key}: aborted by {by}: {reason}", now=now)
+    scheduler.mark_changed(run, [task.key])
+    return decision
+
+
+def lock_run(run_id: int) -> Run:
+    # The run first, then the task: the order every service of the work locks in.
+    return Run.objects.select_for_update(of=("self",)).select_related("fleet").get(pk=run_id)
+
+
+def lock_task(task_id: int) -> Task:
+    return Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
+
+
+def decide_failure(
+    run: Run,
+    task: Task,
+    attempt: Attempt,
+    now: datetime,
+    *,
+    reality: Sequence[Mapping[str, Any]] = (),
+    override: policy.Failure | None = None,
+) -> Decision:
+    """The policy's decision on the task's failed latest attempt, stored and acted on."""
+    from escalations.models import Escalation
+
+    killed = killed_records(run)
+    own = (
+        attempt_cause(task.key, attempt) if override is None else f"{task.key}: {override.message}"
+    )
+    cause = policy.failure_cause(killed=killed, cause=own)
+    # A later failure names the killed work ahead of its own cause, here and in run.failed.
+    named = f"{cause}. " if killed else ""
+
+    if task.agent.is_tool or attempt.agent.is_tool:
+        tool = task.agent if task.agent.is_tool else attempt.agent
+        decision = record(
+            run,
+            task,
+            attempt,
+            now,
+            action="abort",
+            reason=named
+            + f"Fail the run: {task.key} is assigned to the deterministic tool {tool.name}, "
+            "and a deterministic step fails the same way again, so it is neither retried, "
+            "reframed nor rerouted; nothing is left for the policy to change.",
+        )
+        fail_run(run, task, cause=cause, now=now)
+        scheduler.mark_changed(run, [task.key])
+        return decision
+
+    if task.state == Task.State.ESCALATED:
+        # The agent stopped and handed over a packet after its failure: a person has it now.
+        escalation = (
+            Escalation.objects.filter(task=task, status__in=Escalation.OPEN_STATES)
+            .order_by("opened_at")
+            .first()
+        )
+        which = f" (escalation {escalation.pk})" if escalation else ""
+        return record(
+            run,
+            task,
+            attempt,
+            now,
+            action="escalate",
+            reason=named
+            + f"Escalate: attempt {attempt.number} failed and the agent handed over a failure "
+            f"packet{which}; the task waits for a person.",
+        )
+
+    config = retry_config()
+    views = attempt_views(task)
+    if override is not None:
+        views[-1] = replace(views[-1], outcome="failed", failure=override)
+    breaker = recent_capability_failures(run, attempt, config) if override is None else 0
+    result = policy.decide(
+        attempts=views,
+        ground_truth=ground_truth_for(task, reality),
+        budget=budget_for(run, task, now),
+        config=config,
+        alternatives=alternatives_for(task),
+        tools=tools_for(task),
+        recent_capability_failures=breaker,
+        now=now,
+        rng=random.Random(),
+    )
+    decision = record(
+        run, task, attempt, now, action=result.action, reason=named + result.reason, result=result
+    )
+    carry_out(decision, run, task, attempt, now, breaker=breaker)
+    return decision
+
+
+def record(
+    run: Run,
+    task: Task,
+    attempt: Attempt | None,
+    now: datetime,
+    *,
+    action: str,
+    reason: str,
+    result: policy.Decision | None = None,
+) -> Decision:
+    """Store a decision; a retry waits for its not_before, anything else is acted on now."""
+    # A newer decision replaces the task's earlier ones not acted on yet (a retry not yet due).
+    Decision.objects.filter(task=task, acted_at__isnull=True).update(acted_at=now)
+    waits = action == Decision.Action.RETRY
+    return Decision.objects.create(
+        run=run,
+        task=task,
+        attempt=attempt,
+        action=action,
+        reason=reason,
+        not_before=result.not_before if result else None,
+        ground_truth=[dict(item) for item in result.ground_truth] if result else [],
+        scope=(result.scope or "") if result else "",
+        reroute_to=(result.reroute_to or "") if result else "",
+        trip_capability=(result.trip_capability or "") if result else "",
+        created_at=now,
+        acted_at=None if waits else now,
+    )
+
+
+def carry_out(
+    decision: Decision,
+    run: Run,
+    task: Task,
+    attempt: Attempt,
+    now: datetime,
+    *,
+    breaker: int = 0,
+) -> None:
+    """Act on a decision just stored, in its transaction; notifications go out after commit."""
+    fleet = run.fleet
+    base = {"run": run.key, "task": task.key, "attempt": attempt.number, "reason": decision.reason}
+    if decision.trip_capability:
+        trip(decision, run, task, breaker, now)
+    action = decision.action
+    if action == Decision.Action.RETRY:
+        assert decision.not_before is not None
+        notify(
+            fleet,
+            "task.retry",
+            {**base, "agent": task.agent.name, "not_before": decision.not_before.isoformat()},
+        )
+        schedule(decision, now)
+    elif action == Decision.Action.RESUME:
+        back_to_pending(task)
+        notify(
+            fleet,
+            "task.resume",
+            {**base, "agent": task.agent.name, "killed": list(attempt.background_killed)},
+        )
+        scheduler.mark_changed(run, [task.key])
+    elif action == Decision.Action.REFRAME:
+        back_to_pending(task)
+        notify(
+            fleet,
+            "task.reframed",
+            {
+                **base,
+                "agent": task.agent.name,
+                "ground_truth": decision.ground_truth,
+                "scope": decision.scope,
+            },
+        )
+        scheduler.mark_changed(run, [task.key])
+    elif action == Decision.Action.REROUTE:
+        target = reroute_target(run, decision.reroute_to)
+        was = task.agent.name
+        task.agent = target
+        back_to_pending(task)
+        notify(
+            fleet,
+            "task.rerouted",
+            {**base, "from": was, "to": target.name, "agent": target.name, "tool": target.is_tool},
+        )
+        scheduler.mark_changed(run, [task.key])
+    elif action == Decision.Action.ESCALATE:
+        escalate(decision, run, task, attempt, now)
+
+
+def schedule(decision: Decision, now: datetime) -> None:
+    """Wake the retry at its not_before; a wait the broker cannot hold is left to the reconciler."""
+    from fleet.tasks import countdown
+    from runs.tasks import act_on_decision
+
+    assert decision.not_before is not None
+    wait = (decision.not_before - now).total_seconds()
+    delay = countdown(wait)
+    decision_id = decision.pk
+    transaction.on_commit(lambda: act_on_decision.apply_async((decision_id,), countdown=delay))
+
+
+def back_to_pending(task: Task) -> None:
+    task.state = Task.State.PENDING
+    task.ready = False
+    task.finished_at = None
+    task.save(update_fields=["state", "ready", "finished_at", "agent"])
+
+
+def reroute_target(run: Run, target: str) -> Agent:
+    return Agent.objects.get(fleet_id=run.fleet_id, name=target.removeprefix(policy.TOOL))
+
+
+def trip(decision: Decision, run: Run, task: Task, failures: int, now: datetime) -> None:
+    """The circuit breaker: mark the capability down for the fleet; the scheduler holds its work."""
+    from fleet.services import capability_change
+
+    config = retry_config()
+    capability_change(
+        fleet=run.fleet,
+        name=decision.trip_capability,
+        status=Capability.Status.DOWN,
+        reason=(
+            f"circuit breaker: {failures} transient failures named it within "
+            f"{config.breaker_window_s:.0f}s (threshold {config.breaker_threshold}); "
+            f"tripped by {run.key}/{task.key}"
+        )[:500],
+        role=None,
+        by=BREAKER,
+        at=now,
+    )
+
+
+def escalate(decision: Decision, run: Run, task: Task, attempt: Attempt, now: datetime) -> None:
+    """The task goes to a person: an escalation, and a packet asked for unless one came."""
+    from escalations.models import Escalation, FailurePacket
+
+    packet = (
+        FailurePacket.objects.filter(task=task, submitted_at__gte=attempt.started_at)
+        .order_by("-submitted_at")
+        .first()
+    )
+    escalation = (
+        Escalation.objects.filter(task=task, status__in=Escalation.OPEN_STATES)
+        .order_by("opened_at")
+        .first()
+    )
+    if escalation is None:
+        escalation = Escalation.objects.create(
+            fleet_id=run.fleet_id,
+            run=run,
+            task=task,
+            packet=packet,
+            reason=decision.reason,
+            attempt_number=attempt.number,
+            opened_at=now,
+        )
+        notify(
+            run.fleet,
+            "escalation.opened",
+            {
+                "escalation": escalation.pk,
+                "run": run.key,
+                "task": task.key,
+                "reason": decision.reason,
+                "question": packet.smallest_unblocking_question if packet else None,
+            },
+        )
+    if packet is None and escalation.packet_id is None:
+        notify(
+            run.fleet,
+            "packet.requested",
+            {
+                "escalation": escalation.pk,
+                "run": run.key,
+                "task": task.key,
+                "agent": task.agent.name,
+                "attempt": attempt.number,
+                "reason": decision.reason,
+            },
+        )
+    task.state = Task.State.ESCALATED
+    task.ready = False
+    task.save(update_fields=["state", "ready"])
+    scheduler.mark_changed(run, [task.key])
+
+
+def fail_run(run: Run, task: Task, *, cause: str, now: datetime) -> None:
+    """The run has failed: its cause, with the killed background work named ahead, and run.failed."""
+    full = policy.failure_cause(killed=killed_records(run), cause=cause)
+    failed = Run.objects.filter(pk=run.pk, state=Run.State.RUNNING).update(
+        state=Run.State.FAILED, cause=full, finished_at=now
+    )
+    if failed:
+        run.state, run.cause, run.finished_at = Run.State.FAILED, full, now
+        notify(run.fleet, "run.failed", {"run": run.key, "task": task.key, "cause": full})
+
+
+def attempt_views(task: Task) -> list[policy.AttemptView]:
+    views = []
+    for a in task.attempts.select_related("agent").order_by("number"):
+        failure = None
+        if a.failure_kind:
+            failure = policy.Failure(
+                kind=a.failure_kind,
+                signature=a.failure_signature,
+                message=a.failure_message,
+                capability=a.failure_capability or None,
+            )
+        views.append(
+            policy.AttemptView(
+                number=a.number,
+                agent=policy.TOOL + a.agent.name if a.agent.is_tool else a.agent.name,
+                prompt_hash=a.prompt_hash,
+                context_hash=a.context_hash,
+                outcome=a.outcome or None,
+                failure=failure,
+                reframed=a.reframed,
+                rerouted=a.rerouted,
+                resumed=a.resumed,
+                background_killed=tuple(a.background_killed),
+                resumable=a.resumable,
+            )
+        )
+    return views
+
+
+def budget_for(run: Run, task: Task, now: datetime) -> policy.Budget:
+    retries = Decision.objects.filter(action=Decision.Action.RETRY)
+    return policy.Budget(
+        task_retries_used=retries.filter(task=task).count(),
+        fleet_retries_used=retries.filter(
+            run__fleet_id=run.fleet_id, created_at__gt=now - FLEET_BUDGET_PERIOD
+        ).count(),
+        fleet_budget=run.fleet.retry_budget,
+    )
+
+
+def recent_capability_failures(run: Run, attempt: Attempt, config: policy.RetryConfig) -> int:
+    """Transient failures naming the attempt's capability across the fleet, within the window.
+
+    Counted on the agents' clock (the attempts' finish times), ending at this attempt's.
+    """
+    if attempt.failure_kind != "transient" or not attempt.failure_capability:
+        return 0
+    end = attempt.finished_at
+    if end is None:
+        return 0
+    return Attempt.objects.filter(
+        task__run__fleet_id=run.fleet_id,
+        failure_kind="transient",
+        failure_capability=attempt.failure_capability,
+        finished_at__gt=end - timedelta(seconds=config.breaker_window_s),
+        finished_at__lte=end,
+    ).count()
+
+
+def peers(task: Task) -> list[Agent]:
+    """Agents of the task's role, by name: where a reroute may go. No role, no peers."""
+    if not task.agent.role:
+        return []
+    return list(
+        Agent.objects.filter(fleet_id=task.agent.fleet_id, role=task.agent.role).order_by("name")
+    )
+
+
+def alternatives_for(task: Task) -> list[str]:
+    return [a.name for a in peers(task) if not a.is_tool and a.pk != task.agent_id]
+
+
+def tools_for(task: Task) -> list[str]:
+    return [a.name for a in peers(task) if a.is_tool]
+
+
+def ground_truth_for(task: Task, extra: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """What the task's next attempt lacked: reality for refuted claims it posted or consumed,
+    and reviewers' answers given for it; oldest first, each once."""
+    consumed = Q(key__in=list(task.consumes)) | Q(uses__task=task)
+    refuted = Claim.objects.filter(run_id=task.run_id, status=Claim.Status.REFUTED).filter(
+        Q(task=task) | consumed
+    )
+    rows = (
+        Evidence.objects.filter(
+            Q(claim__in=refuted, role=Evidence.Role.REALITY)
+            | Q(claim__in=refuted, kind=HUMAN_ANSWER, verdict=Claim.Status.REFUTED)
+            | Q(claim__task=task, kind=HUMAN_ANSWER, verdict=Claim.Status.VERIFIED)
+        )
+        .select_related("claim")
+        .order_by("created_at", "id")
+    )
+    truth: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        item: dict[str, Any] = {
+            "claim": row.claim.key,
+            "statement": row.claim.statement,
+            "kind": row.kind,
+            "source": row.source,
+            "datasource": row.datasource or None,
+            "workspace": row.workspace or None,
+            "payload_hash": row.payload_hash or None,
+            "payload": row.payload,
+            "reason": row.verdict_reason,
+            "checked_by": row.submitted_by,
+        }
+        truth.setdefault(truth_key(item), item)
+    for given in extra:
+        truth.setdefault(truth_key(given), dict(given))
+    return list(truth.values())
+
+
+def truth_key(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (item.get("claim"), item.get("kind"), item.get("source"), item.get("payload_hash"))
