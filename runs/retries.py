@@ -3,8 +3,8 @@
 `after_attempt` is the policy's caller for a finished attempt (enqueued after the commit of a
 failed `task.finished`, or of one that left killed background work); `claim_refuted` is its
 caller for a claim that reality refuted; `act_on_decision` carries out a retry once it is due;
-`task_abort` is the desk's way to stop a task and fail its run. Each runs in one transaction and
-is idempotent: the Decision row (acted_at) is the truth, the broker's messages only wake it.
+`fail_run` fails a run with its full cause. Each runs in one transaction and is idempotent:
+the Decision row (acted_at) is the truth, the broker's messages only wake it.
 """
 
 import random
@@ -154,30 +154,6 @@ def act_on_decision(decision_id: int) -> Decision | None:
             back_to_pending(task)
             scheduler.mark_changed(run, [task.key])
         return decision
-
-
-@transaction.atomic
-def task_abort(*, task: Task, by: str, reason: str) -> Decision:
-    """Stop a task for good and fail its run (a reviewer's abort); the cause names killed work."""
-    run = lock_run(task.run_id)
-    task = lock_task(task.pk)
-    now = timezone.now()
-    attempt = task.attempts.order_by("-number").first()
-    decision = record(
-        run,
-        task,
-        attempt,
-        now,
-        action="abort",
-        reason=f"Abort: {by} aborted {task.key}: {reason}; the run fails.",
-    )
-    if task.state != Task.State.SUCCEEDED:
-        task.state = Task.State.FAILED
-        task.ready = False
-        task.save(update_fields=["state", "ready"])
-    fail_run(run, task, cause=f"{task.key}: aborted by {by}: {reason}", now=now)
-    scheduler.mark_changed(run, [task.key])
-    return decision
 
 
 def lock_run(run_id: int) -> Run:

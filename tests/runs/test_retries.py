@@ -484,21 +484,6 @@ def test_nothing_more_is_decided_for_a_run_that_has_failed(hooked, planner, code
     assert decisions("b") == []
 
 
-def test_a_reviewers_abort_fails_the_run_with_its_cause(one_task, coder, receiver):
-    attempt(coder, "a", kind="spec", signature="unclear")
-    task_row = Task.objects.get(key="a")
-
-    decision = committed(
-        lambda: retries.task_abort(task=task_row, by="reviewer:alice", reason="out of scope")
-    )
-
-    assert decision.action == "abort"
-    run = Run.objects.get(key=RUN)
-    assert (run.state, run.cause) == ("failed", "a: aborted by reviewer:alice: out of scope")
-    assert sent(receiver, "run.failed")[0]["cause"] == run.cause
-    assert state("a") == "failed"
-
-
 # A refuted claim: the producing task is reframed with reality -------------------------------------
 
 
