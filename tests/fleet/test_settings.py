@@ -18,7 +18,9 @@ PRODUCTION = {
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION and k != "DEBUG"}
+    # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE for Playwright; a deployment never has it.
+    dropped = {"DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION and k not in dropped}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
