@@ -157,12 +157,22 @@ def act_on_decision(decision_id: int) -> Decision | None:
 
 
 def lock_run(run_id: int) -> Run:
-    # The run first, then the task: the order every service of the work locks in.
-    return Run.objects.select_for_update(of=("self",)).select_related("fleet").get(pk=run_id)
+    # The run first, then the task: the order every service of the work locks in. NO KEY
+    # UPDATE, as the recompute takes it: events that insert rows referencing the run or the
+    # task (their FOR KEY SHARE) neither wait for this nor deadlock with it.
+    return (
+        Run.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("fleet")
+        .get(pk=run_id)
+    )
 
 
 def lock_task(task_id: int) -> Task:
-    return Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
+    return (
+        Task.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("agent")
+        .get(pk=task_id)
+    )
 
 
 def decide_failure(
