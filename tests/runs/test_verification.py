@@ -76,15 +76,8 @@ def plan_posts(seed: PhoenixDX, evidence: dict | None = None) -> Claim:
     planner = seed.planner
     planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
     planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT}, timestamp=at(0))
-    claim: dict[str, Any] = {"key": "plan.customer-tier", "statement": INVENTED}
-    if evidence is not None:
-        claim["evidence"] = evidence
-    posted = planner.post(
-        "claim.posted", {"run": RUN, "task": "plan", "claim": claim}, timestamp=at(1)
-    )
-    assert posted.status_code == 202, posted.json()
     planner.post(
-        "task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"}, timestamp=at(1.3)
+        "task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"}, timestamp=at(1)
     )
     started = seed.schema.post(
         "task.started",
@@ -92,6 +85,14 @@ def plan_posts(seed: PhoenixDX, evidence: dict | None = None) -> Claim:
         timestamp=at(1.5),
     )
     assert started.status_code == 202, started.json()
+    # Posted once the schema agent is at work: a refutation reframes the planner.
+    claim: dict[str, Any] = {"key": "plan.customer-tier", "statement": INVENTED}
+    if evidence is not None:
+        claim["evidence"] = evidence
+    posted = planner.post(
+        "claim.posted", {"run": RUN, "task": "plan", "claim": claim}, timestamp=at(1)
+    )
+    assert posted.status_code == 202, posted.json()
     return Claim.objects.get(key="plan.customer-tier")
 
 
@@ -192,7 +193,10 @@ def test_the_schema_agents_check_refutes_the_invented_column(client, seed, order
     assert start(seed.coder_a, "discount-resolver").status_code == 409
     assert start(seed.coder_b, "api-change").status_code == 409
     frontier = seed.get(client, f"/api/v1/runs/{RUN}/frontier").json()
-    assert {"task": "api-change", "blockers": ["claim:plan.customer-tier"]} in frontier["deferred"]
+    assert {
+        "task": "api-change",
+        "blockers": ["claim:plan.customer-tier", "prerequisite:plan"],
+    } in frontier["deferred"]
 
 
 @pytest.mark.postgres
