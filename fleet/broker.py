@@ -18,7 +18,8 @@ from kombu.utils.json import dumps
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, message: Any) -> None:
+    # kombu's filesystem Channel already widens the virtual Channel's signature this way.
+    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
         # Nanoseconds, zero-padded: the reader takes names in sorted order, and kombu's milliseconds
         # leave messages put within one millisecond in random order.
         name = f"{monotonic_ns():020d}_{uuid.uuid4()}.{queue}.msg"
@@ -26,7 +27,7 @@ class Channel(filesystem.Channel):
         partial = os.path.join(self.data_folder_out, f".{name}.part")
         try:
             with open(partial, "wb") as f:
-                f.write(str_to_bytes(dumps(message)))
+                f.write(str_to_bytes(dumps(payload)))
             os.replace(partial, os.path.join(self.data_folder_out, name))
         except OSError as exc:
             raise ChannelError(f"Cannot add file {name!r} to directory") from exc
