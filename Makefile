@@ -25,8 +25,8 @@ node_modules/.installed: package.json package-lock.json
 install: $(VENV)/.installed node_modules/.installed
 
 run: install
-	$(PY) manage.py migrate --no-input
-	$(PY) manage.py demo --quiet
+	$(PY) manage.py migrate --no-input -v 0
+	SITE_URL=http://127.0.0.1:$(PORT) LOG_LEVEL=WARNING $(PY) manage.py demo --quiet
 	@bin/run-embedded $(PORT)
 
 test: install

@@ -5,14 +5,26 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
+from django.utils import timezone
 
 from fleet import services
 from fleet.celery import app as celery_app
 from fleet.models import Fleet, Membership
-from fleet.stories import Story, all_green, ensure_agents, forge_outage, hung_test_run, play
+from fleet.stories import (
+    Story,
+    all_green,
+    ensure_agents,
+    forge_outage,
+    hung_test_run,
+    play,
+    recent,
+)
 from runs.models import Run
 
 FLEET = "demo"
+# The forge stays down in the demo, so that its deferred work can be seen and released by hand
+# (a manager marks it up on the capabilities board); the acceptance test plays the whole story.
+DEMO_STEPS = {forge_outage.STORY.name: range(forge_outage.FORGE_BACK)}
 STORIES: tuple[tuple[Story, str], ...] = (
     (all_green.STORY, all_green.RUN),
     (forge_outage.STORY, forge_outage.RUN),
@@ -48,13 +60,15 @@ def load() -> dict[str, Any]:
     imported = io.StringIO()
     call_command("import_events", FLEET, str(all_green.IMPORTED), stdout=imported)
     # Agents' follow-ups (verification, the retry policy) happen inline, in story order.
+    now = timezone.now()
     eager = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     try:
         played = []
         for story, run in STORIES:
             if not Run.objects.filter(fleet=fleet, key=run).exists():
-                play(fleet, story)
+                # Live stories happened just now; the past run keeps its dates.
+                play(fleet, story, steps=DEMO_STEPS.get(story.name), start=recent(story, now))
                 played.append(story.name)
     finally:
         celery_app.conf.task_always_eager = eager
@@ -68,12 +82,14 @@ def load() -> dict[str, Any]:
         "runs": sorted(runs),
         "played": played,
         "look_at": {
-            "the escalation queue": "/escalations/",
-            "the all-green replay": page(all_green.RUN),
-            "the all-green run as it happened": page("tier-discounts"),
-            "the forge outage": page(forge_outage.RUN),
-            "the hung test run": page(hung_test_run.RUN),
-            "capabilities": "/capabilities/",
-            "reports": "/reports/",
+            "the escalation queue (the planner's question waits there)": "/escalations/",
+            "the all-green replay (1 agent, 2 minutes)": page(all_green.RUN),
+            "the all-green run as it happened (3 agents, 4 PRs, 40 minutes)": page(
+                "tier-discounts"
+            ),
+            "the forge outage (4 forge actions deferred)": page(forge_outage.RUN),
+            "the capabilities (as manager, mark the forge up to release them)": "/capabilities/",
+            "the hung test run (its failure names the killed work)": page(hung_test_run.RUN),
+            "the reports (as manager)": "/reports/",
         },
     }

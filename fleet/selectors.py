@@ -18,8 +18,12 @@ def is_manager(user: Any, fleet_id: int) -> bool:
 
 
 def capability_board(user: Any) -> list[dict[str, Any]]:
-    """Each capability of the user's fleets with its state, since when, and what it defers."""
-    from runs.models import Blocker
+    """Each capability of the user's fleets with its state, since when, and what it defers.
+
+    What it defers is read from the stored blockers, which the worker updates after a change:
+    a fleet with a recompute still owed is `settling`, and its counts are not yet the truth.
+    """
+    from runs.models import Blocker, FrontierChange
 
     capabilities = list(
         Capability.objects.filter(fleet__in=fleets_of(user))
@@ -40,6 +44,11 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
             "fleet_id", flat=True
         )
     )
+    settling = set(
+        FrontierChange.objects.filter(
+            run__fleet_id__in={c.fleet_id for c in capabilities}
+        ).values_list("run__fleet_id", flat=True)
+    )
     rows = []
     for capability in capabilities:
         row: dict[str, Any] = counts.get((capability.fleet_id, f"capability:{capability.name}"), {})
@@ -49,6 +58,7 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
                 "tasks": row.get("tasks", 0),
                 "runs": row.get("runs", 0),
                 "can_change": capability.fleet_id in managed,
+                "settling": capability.fleet_id in settling,
             }
         )
     return rows

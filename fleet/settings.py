@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "ninja",  # its API docs page from its own static files, not a CDN (the CSP allows no other)
     "fleet",
     "runs",
     "escalations",
@@ -107,7 +108,14 @@ if CACHE_URL.startswith("redis"):
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
     }
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # Files, not process memory: sign-in throttling and rate limits must hold across the
+    # embedded default's web processes (each gunicorn worker has its own memory).
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+        }
+    }
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -173,7 +181,7 @@ DATABASE_RETRY_AFTER_SECONDS = envint("DATABASE_RETRY_AFTER_SECONDS", "5")
 
 # Celery. The embedded default uses kombu's filesystem transport: no server to start.
 BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost/")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem"):
     CELERY_BROKER_TRANSPORT = "fleet.broker:Transport"

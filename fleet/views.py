@@ -75,9 +75,10 @@ def readyz(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def capabilities(request: HttpRequest) -> HttpResponse:
-    return render(
-        request, "fleet/capabilities.html", {"rows": selectors.capability_board(request.user)}
-    )
+    rows = selectors.capability_board(request.user)
+    # While the worker re-evaluates the work, the board polls itself until the counts are true.
+    settling = any(row["settling"] for row in rows)
+    return render(request, "fleet/capabilities.html", {"rows": rows, "settling": settling})
 
 
 @login_required
@@ -102,6 +103,7 @@ def capability_set(request: HttpRequest, capability_id: int) -> HttpResponse:
     if errors:
         rows = selectors.capability_board(request.user)
         context = {"rows": rows, "errors": errors, "failed": capability.pk, "reason": reason}
+        context["settling"] = any(row["settling"] for row in rows)
         return render(request, "fleet/capabilities.html", context, status=422)
     with transaction.atomic():
         services.capability_change(

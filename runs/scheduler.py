@@ -4,6 +4,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from fleet.models import Capability, Fleet
@@ -277,5 +278,10 @@ def settle(run: Run) -> None:
         and states <= {Task.State.SUCCEEDED, Task.State.CANCELLED}
         and (run.imported or not undecided_attempts().filter(task__run=run).exists())
     ):
-        Run.objects.filter(pk=run.pk).update(state=Run.State.SUCCEEDED, finished_at=timezone.now())
-        notify(run.fleet, "run.succeeded", {"run": run.key})
+        # It finished when its last task did (an event's time: an imported run's is its own).
+        last = Task.objects.filter(run=run).aggregate(last=Max("finished_at"))["last"]
+        Run.objects.filter(pk=run.pk).update(
+            state=Run.State.SUCCEEDED, finished_at=last or timezone.now()
+        )
+        if not run.imported:  # a past run's outcome is history, not news for the agents
+            notify(run.fleet, "run.succeeded", {"run": run.key})

@@ -165,3 +165,21 @@ def run_detail(run: Run) -> dict[str, Any]:
             for p in ProgressLine.objects.filter(run=run).select_related("task")
         ],
     }
+
+
+CHECKPOINT_ROWS = 200
+
+
+def checkpoint_rows(run: Run, limit: int = CHECKPOINT_ROWS) -> list[dict[str, Any]]:
+    """The run's blockers other than prerequisites, newest first, with when each was set and
+    cleared: what a capability's outage deferred, and when it was released."""
+    blockers = (
+        Blocker.objects.filter(task__run=run)
+        .exclude(code__startswith="prerequisite:")
+        .select_related("task")
+        .order_by("-set_at", "-id")[:limit]
+    )
+    return [
+        {"task": b.task.key, "blocker": b.code, "set_at": b.set_at, "cleared_at": b.cleared_at}
+        for b in blockers
+    ]

@@ -103,6 +103,8 @@ def run(request: HttpRequest, run_id: int) -> HttpResponse:
             "graph": graph_of(detail["tasks"]),
             "graph_limit": GRAPH_LIMIT,
             "deliveries": deliveries,
+            "checkpoint": selectors.checkpoint_rows(found),
+            "checkpoint_limit": selectors.CHECKPOINT_ROWS,
             "escalations": escalations,
             "open_states": Escalation.OPEN_STATES,
         },

@@ -62,7 +62,7 @@ def columns_evidence(query: str, columns: list[str]) -> dict[str, object]:
 
 TASKS = [
     {"key": "plan", "title": "Plan tier-based discounts", "agent": "planner"},
-    {"key": "confirm-schema", "title": "Confirm the schema assumptions", "agent": "schema-agent",
+    {"key": "confirm-schema", "title": "Confirm the schema assumptions", "agent": "schema",
      "prerequisites": ["plan"]},
     {"key": "discount-resolver", "title": "Build the discount resolver", "agent": "coder-a",
      "prerequisites": ["confirm-schema"], "consumes": [CLAIM]},
@@ -107,7 +107,7 @@ STORY = Story(
     agents=(
         ("orchestrator", "orchestration", True),
         ("planner", "planning", False),
-        ("schema-agent", "schema", False),
+        ("schema", "schema", False),
         ("coder-a", "coding", False),
         ("coder-b", "coding", False),
     ),
@@ -120,13 +120,13 @@ STORY = Story(
                  "key": CLAIM, "load_bearing": True,
                  "statement": "Use the existing customer_tier column on customers to select the discount rule"}}),
         Step("planner", "task.finished", 1, {"run": RUN, "task": "plan", "outcome": "succeeded"}),
-        Step("schema-agent", "task.started", 1.5,
+        Step("schema", "task.started", 1.5,
              {"run": RUN, "task": "confirm-schema", "attempt": {"prompt_hash": "prompt:schema", "context_hash": "context:schema"}}),
         # The schema agent may not cite the plan: it runs the query, and reality refutes the claim.
-        Step("schema-agent", "claim.checked", 3,
+        Step("schema", "claim.checked", 3,
              {"run": RUN, "task": "confirm-schema", "claim": CLAIM, "verdict": "refuted",
               "evidence": columns_evidence(COLUMNS_QUERY, REAL_COLUMNS)}),
-        Step("schema-agent", "task.finished", 3, {"run": RUN, "task": "confirm-schema", "outcome": "succeeded"}),
+        Step("schema", "task.finished", 3, {"run": RUN, "task": "confirm-schema", "outcome": "succeeded"}),
         # No coder starts on the bad plan.
         Step("coder-a", "task.started", 4,
              {"run": RUN, "task": "discount-resolver", "attempt": {"prompt_hash": "prompt:resolver", "context_hash": "context:plan-v1"}},

@@ -100,3 +100,18 @@ def test_the_board_needs_a_sign_in(client):
     response = client.get("/capabilities/")
     assert response.status_code == 302
     assert response["Location"].startswith("/login/")
+
+
+def test_while_the_work_is_re_evaluated_the_board_says_so_and_polls_itself(client, bob, outage):
+    from runs.models import FrontierChange, Run
+
+    FrontierChange.objects.create(run=Run.objects.get(key="r1"))  # a recompute still owed
+    client.force_login(bob)
+    page = client.get("/capabilities/").content.decode()
+    assert "re-evaluating" in page and 'hx-trigger="every 2s"' in page
+    assert "1 task in 1 run" not in page
+
+    FrontierChange.objects.all().delete()  # the worker caught up
+    page = client.get("/capabilities/").content.decode()
+    assert "re-evaluating" not in page and "hx-trigger" not in page
+    assert "1 task in 1 run" in page

@@ -65,5 +65,15 @@ def test_the_embedded_default_is_sqlite_in_wal_mode_and_a_serverless_broker(tmp_
         text=True,
         timeout=60,
     )
-    assert done.stdout.split() == ["sqlite", "wal", "filesystem://"], done.stderr
+    assert done.stdout.split() == ["sqlite", "wal", "filesystem://localhost/"], done.stderr
     assert (tmp_path / "bulkhead.sqlite3").exists()
+
+
+def test_the_embedded_cache_is_shared_by_processes_so_sign_in_throttling_holds(tmp_path):
+    # gunicorn's workers are processes: a count kept in one must be seen by the next.
+    env = {"BULKHEAD_VAR_DIR": str(tmp_path), "CACHE_URL": ""}
+    code = "from django.core.cache import cache; cache.{}; print(cache.get('failures'))"
+    first = manage("shell", "-c", code.format("set('failures', 5, 60)"), env=env)
+    second = manage("shell", "-c", code.format("get('failures')"), env=env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert second.stdout.strip().splitlines()[-1] == "5"

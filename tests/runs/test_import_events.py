@@ -221,3 +221,19 @@ def test_an_imported_check_citing_another_agent_is_recorded_but_changes_nothing(
     assert claim.status == "unverified" and claim.checked_at is None
     row = claim.evidence.get(role="check")
     assert row.verdict_reason == "not accepted: another agent's text is not evidence"
+
+
+def test_an_imported_run_finished_when_its_last_task_did_and_is_not_announced(seed):
+    from fleet.models import Delivery
+
+    seed.fleet.callback_url = "http://127.0.0.1:9/hooks"
+    seed.fleet.save()
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        import_file(ALL_GREEN_RUN)
+
+    run = Run.objects.get()
+    assert run.state == "succeeded"
+    assert run.finished_at.isoformat() == "2026-06-02T09:32:00+00:00"  # api-tests, the last
+    assert not Delivery.objects.filter(type="run.succeeded").exists()

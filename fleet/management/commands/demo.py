@@ -16,7 +16,9 @@ class Command(BaseCommand):
     help = "Load the demo fleet (idempotent) and print where to look and how to sign in."
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("--quiet", action="store_true", help="print only the login")
+        parser.add_argument(
+            "--quiet", action="store_true", help="print only where to look, as lines of text"
+        )
 
     def handle(self, *args: Any, quiet: bool, **options: Any) -> None:
         summary = demo.load()
@@ -37,8 +39,8 @@ class Command(BaseCommand):
             f"Sign in as reviewer / {credentials['reviewer']} (or manager / {credentials['manager']})\n"
         )
         summary["login"] = {name: credentials[name] for name in ("reviewer", "manager")}
-        if quiet:
-            self.stdout.write(text.read_text().strip())
+        if quiet:  # `make run` prints the login beside the URL once the server is up
+            self.stdout.write("Where to look:")
             for what, path in summary["look_at"].items():
                 self.stdout.write(f"  {what}: {settings.SITE_URL.rstrip('/')}{path}")
         else:
