@@ -8,11 +8,13 @@ leaves the delivery due again once the lease runs out, and the reconciler sends 
 """
 
 import json
+import os
 import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 from django.conf import settings
@@ -109,6 +111,28 @@ def send(delivery_id: int, *, timeout: float | None = None) -> str:
     return record(delivery_id, number, response)
 
 
+# No lock: a lock held across a fork would stay held in the child. Two threads racing on the
+# first delivery each build one, and the loser's client is dropped.
+_client: tuple[int, httpx.Client] | None = None
+
+
+def client() -> httpx.Client:
+    """This process's HTTP client: one TLS context and one connection pool for every delivery.
+
+    Built on first use in the process that sends, never inherited: a Celery prefork child that
+    finds its parent's client (same object, other pid) builds its own rather than share sockets.
+    Like `httpx.post`, it follows no redirect; unlike a bare client, it keeps no cookies, so no
+    receiver's cookie is sent back, to it or to another fleet's endpoint.
+    """
+    global _client
+    pid = os.getpid()
+    found = _client
+    if found is None or found[0] != pid:
+        jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        found = _client = (pid, httpx.Client(cookies=jar, follow_redirects=False))
+    return found[1]
+
+
 def post(url: str, secret: str, *, webhook_id: str, payload: object, timeout: float) -> Response:
     """One signed POST; the signature is fresh (a new timestamp), the webhook-id never changes."""
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
@@ -117,7 +141,7 @@ def post(url: str, secret: str, *, webhook_id: str, payload: object, timeout: fl
     headers["user-agent"] = USER_AGENT
     started = time.monotonic()
     try:
-        answer = httpx.post(url, content=body, headers=headers, timeout=timeout)
+        answer = client().post(url, content=body, headers=headers, timeout=timeout)
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         return Response(
             status_code=None,

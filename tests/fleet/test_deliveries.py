@@ -34,6 +34,7 @@ class Received:
     body: dict[str, Any]
     headers: dict[str, str]
     signed: bool  # the signature verified with the fleet's secret
+    peer: int = 0  # the sender's port: one per connection
 
 
 class Receiver:
@@ -41,10 +42,11 @@ class Receiver:
 
     A script entry is a status, (status, headers), or HANG: hold the request until released.
     `stop()` closes the port (the receiver is down: connections are refused); `start()` opens
-    the same port again.
+    the same port again. With `keep_alive` it speaks HTTP/1.1 and keeps connections open.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
         self.secret = ""
         self.received: list[Received] = []
         self.script: list[Any] = []
@@ -62,6 +64,8 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -73,7 +77,14 @@ class Receiver:
                 data = json.loads(body)
                 with receiver.lock:
                     receiver.received.append(
-                        Received(headers.get("webhook-id", ""), data["type"], data, headers, signed)
+                        Received(
+                            headers.get("webhook-id", ""),
+                            data["type"],
+                            data,
+                            headers,
+                            signed,
+                            self.client_address[1],
+                        )
                     )
                     step = receiver.script.pop(0) if receiver.script else 200
                 if step == HANG:
@@ -111,9 +122,9 @@ class Receiver:
         return [r for r in self.received if r.type == type]
 
 
-def receiving() -> Iterator[Receiver]:
+def receiving(keep_alive: bool = False) -> Iterator[Receiver]:
     """A receiver for the length of a test (the body of every `receiver` fixture)."""
-    found = Receiver()
+    found = Receiver(keep_alive)
     yield found
     found.release.set()
     found.stop()
@@ -130,6 +141,11 @@ def hook(fleet: Fleet, receiver: Receiver) -> Fleet:
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     yield from receiving()
+
+
+@pytest.fixture
+def http11_receiver() -> Iterator[Receiver]:
+    yield from receiving(keep_alive=True)
 
 
 @pytest.fixture
@@ -383,6 +399,46 @@ def test_a_worker_that_died_mid_request_leaves_the_delivery_leased_then_due(hook
     make_due(delivery)
     assert deliveries.send(delivery.pk) == "delivered"
     assert receiver.ids() == ["msg_leased"]
+
+
+def test_deliveries_to_a_receiver_that_keeps_connections_alive_share_one(fleet, http11_receiver):
+    hooked = hook(fleet, http11_receiver)
+
+    notify_committed(hooked, task="a")
+    notify_committed(hooked, task="b")
+
+    first, second = http11_receiver.received
+    assert first.signed and second.signed
+    assert first.peer == second.peer
+    assert set(Delivery.objects.values_list("status", flat=True)) == {"delivered"}
+
+
+def test_a_cookie_the_receiver_sets_is_never_sent_back(hooked, receiver):
+    receiver.script = [(200, {"Set-Cookie": "session=abc; Path=/"})]
+    notify_committed(hooked, task="a")
+    notify_committed(hooked, task="b")
+
+    assert [r.headers.get("cookie") for r in receiver.received] == [None, None]
+
+
+def test_a_redirect_is_not_followed(hooked, receiver):
+    receiver.script = [(307, {"Location": receiver.url + "/elsewhere"})]
+
+    delivery = notify_committed(hooked)
+
+    assert (delivery.status, delivery.last_status_code) == ("pending", 307)
+    assert len(receiver.received) == 1
+
+
+def test_a_forked_worker_process_builds_its_own_client(monkeypatch):
+    parent = deliveries.client()
+    assert deliveries.client() is parent
+
+    monkeypatch.setattr(deliveries.os, "getpid", lambda: -1)
+    child = deliveries.client()
+
+    assert child is not parent
+    assert deliveries.client() is child
 
 
 def test_a_countdown_never_outlives_the_brokers_visibility_timeout(settings):
