@@ -95,8 +95,10 @@ def failures(key: str) -> int:
 
 
 @login_required
+@require_GET
 def home(request: HtmxHttpRequest) -> HttpResponse:
-    return redirect("queue")
+    summary = selectors.waiting_summary(request.user, now=timezone.now())
+    return render(request, "escalations/home.html", summary)
 
 
 def escalation_for(request: HtmxHttpRequest, escalation_id: int) -> Escalation:
