@@ -424,9 +424,10 @@ def report_scope(request: HtmxHttpRequest) -> tuple[list[int], dict[str, Any]]:
     fleets = dict(Fleet.objects.filter(pk__in=managed).order_by("name").values_list("name", "pk"))
     chosen = request.GET.get("fleet", "")
     ids = [fleets[chosen]] if chosen in fleets else list(fleets.values())
-    days = request.GET.get("days", "30")
+    # All of it unless narrowed: a first look should include the past runs a fleet imported.
+    days = request.GET.get("days", "all")
     if days not in WINDOWS:
-        days = "30"
+        days = "all"
     window = WINDOWS[days]
     since = timezone.now() - timedelta(days=window) if window is not None else None
     return ids, {
@@ -482,6 +483,24 @@ def reports_page(request: HtmxHttpRequest) -> HttpResponse:
 CSV_TABLES = ("runs", "handoffs", "escalations", "retries")
 
 
+class CsvWriter:
+    """csv.writer, with minutes to one decimal and yes/no for flags, as the page shows them."""
+
+    def __init__(self, response: HttpResponse) -> None:
+        self.out = csv.writer(response)
+
+    @staticmethod
+    def cell(value: Any) -> Any:
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, float):
+            return f"{value:.1f}"
+        return "" if value is None else value
+
+    def writerow(self, row: list[Any]) -> None:
+        self.out.writerow([self.cell(value) for value in row])
+
+
 @login_required
 @require_GET
 def reports_csv(request: HtmxHttpRequest, table: str) -> HttpResponse:
@@ -493,7 +512,7 @@ def reports_csv(request: HtmxHttpRequest, table: str) -> HttpResponse:
     data = report_data(request)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="bulkhead-{table}.csv"'
-    out = csv.writer(response)
+    out = CsvWriter(response)
     if table == "runs":
         out.writerow(["fleet", "run", "started_at", "state", "claims", "unverified", "refuted",
                       "widest_claim", "agents", "artifacts", "minutes", "tasks",
