@@ -61,14 +61,40 @@ def test_story_1_the_reviewer_answers_the_planners_question_in_the_browser(loade
     assert not screen.problems, screen.problems
 
 
-def test_story_2_the_forge_outage_run_shows_the_released_forge_work(loaded, screens):
+def test_story_2_the_forge_work_waits_and_a_manager_bringing_the_forge_back_releases_it(
+    loaded, screens
+):
+    manager = get_user_model().objects.get(username="manager")
+    manager.set_password(PASSWORD)
+    manager.save()
     screen = screens()
-    screen.sign_in("reviewer", PASSWORD)
+    screen.sign_in("manager", PASSWORD)
     page = screen.page
     page.goto(f"/runs/{loaded[forge_outage.RUN]}/")
     expect()(page.get_by_role("heading", level=1)).to_contain_text(forge_outage.RUN)
-    expect()(page.get_by_text("forge-authenticate").first).to_be_visible()
+    tasks = page.get_by_role("table").first
+    for key in forge_outage.LOCAL:
+        expect()(page.locator(f"#task-{key}")).to_contain_text("succeeded")
+    expect()(tasks.get_by_text("capability:forge")).to_have_count(len(forge_outage.FORGE))
     screen.shot("story-2-forge-outage-run")
+
+    page.goto("/capabilities/")
+    page.get_by_label("Reason").fill("Connection restored")
+    page.get_by_role("button", name="Mark forge up").click()
+    expect()(page.get_by_role("status")).to_contain_text("forge is now up")
+    eventually(
+        lambda: Task.objects.filter(
+            run__key=forge_outage.RUN, key="forge-authenticate", ready=True
+        ).exists()
+    )
+    page.goto(f"/runs/{loaded[forge_outage.RUN]}/")
+    tasks = page.get_by_role("table").first
+    expect()(tasks.get_by_text("capability:forge")).to_have_count(0)
+    expect()(page.locator("#task-forge-authenticate")).to_contain_text("ready")
+    checkpoint = page.get_by_role("region", name="Blockers over time")
+    expect()(checkpoint.get_by_text("still set")).to_have_count(0)
+    expect()(checkpoint.get_by_text("capability:forge")).to_have_count(len(forge_outage.FORGE))
+    screen.shot("story-2-forge-released")
     assert not screen.problems, screen.problems
 
 
