@@ -78,3 +78,28 @@ def deferred_by(capability: Capability) -> QuerySet[Any]:
         .filter(~Q(run__state="failed"))
         .order_by("run__key", "position")
     )
+
+
+DELIVERIES_PAGE = 50
+
+
+def delivery_log(
+    user: Any, *, fleet: str = "", status: str = "", before: int | None = None
+) -> dict[str, Any]:
+    """The outbound deliveries of the user's fleets, newest first, a page at a time (by id)."""
+    from fleet.models import Delivery
+
+    fleets = list(fleets_of(user).order_by("name"))
+    rows = Delivery.objects.filter(fleet__in=fleets).select_related("fleet")
+    if fleet:
+        rows = rows.filter(fleet__name=fleet)
+    if status:
+        rows = rows.filter(status=status)
+    if before is not None:
+        rows = rows.filter(pk__lt=before)
+    page = list(rows.order_by("-id").prefetch_related("log")[: DELIVERIES_PAGE + 1])
+    return {
+        "deliveries": page[:DELIVERIES_PAGE],
+        "older": page[DELIVERIES_PAGE - 1].pk if len(page) > DELIVERIES_PAGE else None,
+        "fleets": fleets,
+    }

@@ -13,6 +13,7 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("capabilities/", views.capabilities, name="capabilities"),
     path("capabilities/<int:capability_id>/", views.capability_set, name="capability-set"),
+    path("deliveries/", views.deliveries, name="deliveries"),
     path("admin/", admin.site.urls),
     path("", include("runs.urls")),
     path("", include("escalations.urls")),

@@ -1,4 +1,4 @@
-"""HTTP endpoints of the fleet: the agent webhook and the health checks."""
+"""HTTP endpoints of the fleet: the agent webhook, the health checks, capabilities, deliveries."""
 
 from django.conf import settings
 from django.contrib import messages
@@ -117,3 +117,25 @@ def capability_set(request: HttpRequest, capability_id: int) -> HttpResponse:
         )
     messages.success(request, f"{capability.name} is now {status}.")
     return redirect("capabilities")
+
+
+@login_required
+@require_GET
+def deliveries(request: HttpRequest) -> HttpResponse:
+    """The delivery log: what was sent to each fleet's callback, and how the receiver answered."""
+    from fleet.models import Delivery
+
+    status = request.GET.get("status", "")
+    if status not in Delivery.Status.values:
+        status = ""
+    before = request.GET.get("before", "")
+    log = selectors.delivery_log(
+        request.user,
+        fleet=request.GET.get("fleet", ""),
+        status=status,
+        before=int(before) if before.isdigit() else None,
+    )
+    query = {k: v for k, v in (("fleet", request.GET.get("fleet", "")), ("status", status)) if v}
+    context = {**log, "status": status, "fleet": query.get("fleet", ""), "query": query}
+    context["statuses"] = Delivery.Status.values
+    return render(request, "fleet/deliveries.html", context)

@@ -1,0 +1,82 @@
+"""The delivery log: members see what was sent to their fleets' callbacks and how it went."""
+
+import pytest
+from django.utils import timezone
+
+from fleet import services
+from fleet.models import Delivery, DeliveryAttempt
+
+pytestmark = pytest.mark.django_db
+
+
+def delivery(fleet, type="task.ready", status="delivered", code=200, **data):
+    d = Delivery.objects.create(
+        fleet=fleet,
+        webhook_id=f"msg_{Delivery.objects.count()}_{type}",
+        type=type,
+        payload={"type": type, "timestamp": "2026-12-03T08:00:00Z", "data": data},
+        status=status,
+        attempts=1,
+        last_status_code=code,
+        next_attempt_at=timezone.now(),
+    )
+    DeliveryAttempt.objects.create(delivery=d, status_code=code, duration_ms=12)
+    return d
+
+
+@pytest.fixture
+def bob(fleet):
+    fleet.callback_url = "https://agents.example.com/hooks"
+    fleet.save()
+    user, _ = services.member_add(username="bob", fleet=fleet, role="reviewer")
+    return user
+
+
+def test_a_member_sees_each_delivery_with_its_status_and_the_receivers_answer(client, bob, fleet):
+    delivery(fleet, run="r1", task="push")
+    delivery(fleet, type="run.failed", status="pending", code=503, run="r1")
+    client.force_login(bob)
+    page = client.get("/deliveries/").content.decode()
+
+    assert "https://agents.example.com/hooks" in page and "enabled" in page
+    assert "task.ready" in page and "r1 / push" in page and "HTTP 200" in page
+    assert "run.failed" in page and "HTTP 503" in page and "pending" in page
+
+
+def test_it_filters_by_status_and_pages_back_in_time(client, bob, fleet, settings):
+    from fleet import selectors
+
+    for n in range(selectors.DELIVERIES_PAGE + 5):
+        delivery(fleet, run=f"r{n}")
+    delivery(fleet, type="run.failed", status="failed", code=500, run="bad")
+    client.force_login(bob)
+
+    failed = client.get("/deliveries/?status=failed").content.decode()
+    assert "run.failed" in failed and "task.ready" not in failed
+    first = client.get("/deliveries/").content.decode()
+    assert "Older deliveries" in first and ">r3<" not in first
+    older = Delivery.objects.order_by("-id")[selectors.DELIVERIES_PAGE - 1].pk
+    second = client.get(f"/deliveries/?before={older}").content.decode()
+    assert ">r3<" in second and "Older deliveries" not in second
+
+
+def test_a_disabled_endpoint_says_why(client, bob, fleet):
+    fleet.callback_disabled_at = timezone.now()
+    fleet.callback_disabled_reason = "the receiver answered 410 Gone"
+    fleet.save()
+    client.force_login(bob)
+    page = client.get("/deliveries/").content.decode()
+    assert "disabled" in page and "410 Gone" in page
+
+
+def test_another_fleets_deliveries_are_not_shown(client, bob):
+    other = services.fleet_create(name="globex", callback_url="https://globex.example.com/h")
+    delivery(other, run="secret-run")
+    client.force_login(bob)
+    page = client.get("/deliveries/?fleet=globex").content.decode()
+    assert "secret-run" not in page and "globex.example.com" not in page
+
+
+def test_a_stranger_is_asked_to_sign_in(client):
+    response = client.get("/deliveries/")
+    assert response.status_code == 302 and "/login/" in response["Location"]
