@@ -58,6 +58,12 @@ def poll_seconds() -> int:
 class SignInView(LoginView):
     """Sign-in with a throttle: repeated failures for a username or an address must wait."""
 
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # Someone already signed in has nothing to do here: on to where they were going.
+        if request.user.is_authenticated:
+            return redirect(self.get_redirect_url() or reverse("queue"))
+        return super().get(request, *args, **kwargs)
+
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         keys = login_keys(request)
         if any(failures(key) >= limit for key, limit in keys):

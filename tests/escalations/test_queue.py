@@ -77,6 +77,25 @@ def test_repeated_failures_are_throttled_even_with_the_right_password(alice, bob
     assert other.status_code == 302
 
 
+def test_the_sign_in_page_sends_someone_already_signed_in_to_the_queue(alice):
+    browser = signed_in(alice)
+    response = browser.get("/login/")
+    assert response.status_code == 302 and response["Location"] == "/escalations/"
+    onward = browser.get("/login/?next=/runs/")
+    assert onward["Location"] == "/runs/"
+    elsewhere = browser.get("/login/?next=https://evil.example/")
+    assert elsewhere["Location"] == "/escalations/"
+
+
+def test_a_missing_page_is_a_styled_page_with_a_way_back(alice):
+    response = signed_in(alice).get("/escalations/999999/")
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert "<h1>Nothing here</h1>" in page and "bulkhead.css" in page
+    assert '<a href="/escalations/">Back to the queue</a>' in page
+    assert "Sign out" in page  # the whole page, navigation and all
+
+
 def test_pages_need_a_signed_in_person(desk):
     escalation = desk.escalate()
     for path in ("/escalations/", f"/escalations/{escalation.pk}/", f"/runs/{escalation.run_id}/"):
