@@ -204,6 +204,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", "120")
 CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", "100")
+# Unset, Celery's Django fixup closes the database connection before and after every task: a
+# new connection per task. Set, a connection serves up to this many tasks, and fleet/celery.py
+# applies CONN_MAX_AGE and the health check around each task as Django does around a request.
+CELERY_DB_REUSE_MAX = envint("CELERY_DB_REUSE_MAX", "1000")
 CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", "False")
 CELERY_TASK_EAGER_PROPAGATES = True
