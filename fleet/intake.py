@@ -133,7 +133,12 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
             {"Retry-After": str(wait)},
         )
     try:
-        raw = json.loads(body)
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = f"byte 0x{body[exc.start]:02x} at offset {exc.start}"
+        return Reply(400, {"errors": [error("body", f"not valid UTF-8: {bad}")]})
+    try:
+        raw = json.loads(text)
     except ValueError as exc:
         return Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
     return apply(agent=agent, webhook_id=headers["webhook-id"], body=body, raw=raw)

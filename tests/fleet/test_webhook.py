@@ -104,6 +104,39 @@ def test_a_body_that_is_not_json_is_400(planner):
     assert "not valid JSON" in response.json()["errors"][0]["msg"]
 
 
+def test_a_signed_body_that_is_not_utf8_is_400_not_401(planner):
+    body = b'{"type": "run.started", "title": "caf\xff"}'
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 400
+    assert response.json() == {
+        "errors": [{"loc": "body", "msg": "not valid UTF-8: byte 0xff at offset 37"}]
+    }
+
+
+def test_a_body_that_is_not_utf8_and_not_signed_is_still_401(planner):
+    body = b'{"type": "\xff"}'
+    headers = planner.headers(body, secret="whsec_" + "B" * 32)
+    assert planner.post_raw(body, headers).status_code == 401
+
+
+def test_signatures_match_the_reference_library_both_ways(planner):
+    from datetime import UTC, datetime
+
+    from standardwebhooks.webhooks import Webhook
+
+    from fleet import signing
+
+    body = '{"type": "caf\u00e9 é"}'.encode()
+    stamp = int(time.time())
+    ours = signing.sign(planner.secret, msg_id="msg_1", timestamp=stamp, body=body)
+    theirs = Webhook(planner.secret).sign(
+        "msg_1", datetime.fromtimestamp(stamp, UTC), body.decode()
+    )
+    assert ours["webhook-signature"] == theirs
+    Webhook(planner.secret).verify(body, ours)
+    signing.verify([planner.secret], headers={**ours, "webhook-signature": theirs}, body=body)
+
+
 def test_a_body_over_one_mebibyte_is_413(planner, coder):
     tasks = [task(f"t{i}", title="x" * 4000) for i in range(300)]
     body = planner.body("run.started", {"run": "big", "tasks": tasks})
