@@ -22,6 +22,7 @@ from fleet.models import Agent, Event, SigningKey
 log = logging.getLogger(__name__)
 
 UNAUTHORIZED = {"errors": [{"loc": "webhook-signature", "msg": "authentication failed"}]}
+WEBHOOK_ID_MAX_CHARS = 200  # Event.webhook_id
 
 
 @dataclass
@@ -81,6 +82,15 @@ def authenticate(agent_id: str, headers: Mapping[str, str], body: bytes) -> Agen
     return keys[0].agent if keys else None
 
 
+def webhook_id_problem(webhook_id: str) -> str | None:
+    """Why a (correctly signed) webhook-id cannot be stored as the event's idempotency key."""
+    if len(webhook_id) > WEBHOOK_ID_MAX_CHARS:
+        return f"is {len(webhook_id)} characters; at most {WEBHOOK_ID_MAX_CHARS}"
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in webhook_id):
+        return "contains a control character"
+    return None
+
+
 def over_rate(agent: Agent) -> int:
     """Seconds to wait if the agent is over its limit in the current window, else 0."""
     window = settings.AGENT_RATE_WINDOW_SECONDS
@@ -125,6 +135,9 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
     agent = authenticate(agent_id, headers, body)
     if agent is None:
         return Reply(401, UNAUTHORIZED)
+    bad_id = webhook_id_problem(headers["webhook-id"])
+    if bad_id:
+        return Reply(400, {"errors": [error("webhook-id", bad_id)]})
     wait = over_rate(agent)
     if wait:
         return Reply(

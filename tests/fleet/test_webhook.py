@@ -90,6 +90,28 @@ def test_a_reused_webhook_id_with_another_body_is_409(planner, coder):
     assert not Run.objects.filter(key="r2").exists()
 
 
+def test_a_signed_webhook_id_over_200_characters_is_400_naming_it(planner, coder):
+    body = planner.body("run.started", {"run": "r1", "tasks": [task("a")]})
+    response = planner.post_raw(body, planner.headers(body, webhook_id="m" * 201))
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "errors": [{"loc": "webhook-id", "msg": "is 201 characters; at most 200"}]
+    }
+    assert not Run.objects.exists()
+    exactly = planner.post_raw(body, planner.headers(body, webhook_id="m" * 200))
+    assert exactly.status_code == 202
+
+
+def test_a_signed_webhook_id_with_a_control_character_is_400(planner, coder):
+    body = planner.body("run.started", {"run": "r1", "tasks": [task("a")]})
+    response = planner.post_raw(body, planner.headers(body, webhook_id="msg\x00one"))
+    assert response.status_code == 400
+    assert response.json()["errors"] == [
+        {"loc": "webhook-id", "msg": "contains a control character"}
+    ]
+
+
 def test_a_non_json_content_type_is_415(planner):
     body = b"run=r1"
     response = planner.post_raw(body, planner.headers(body), content_type="text/plain")
