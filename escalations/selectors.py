@@ -418,7 +418,7 @@ def claims_of_task(task: Task) -> list[Claim]:
 def release_preview(escalation: Escalation) -> list[str]:
     """The tasks an answer would release now (what `escalation_answer` will compute)."""
     from escalations.services import released_by
-    from runs import scheduler
+    from runs import frontier, scheduler
 
     run = escalation.run
     nodes = scheduler.nodes_for(run)
@@ -431,7 +431,13 @@ def release_preview(escalation: Escalation) -> list[str]:
     escalations = {k: v for k, v in world.escalations.items() if k != key}
     if others:
         escalations[key] = others
-    return released_by(nodes, replace(world, escalations=escalations), key)
+    # The answer takes the place of the task's refuted load-bearing claims (supersede_refuted).
+    claims = dict(world.claims)
+    for claim in Claim.objects.filter(
+        task=escalation.task, status=Claim.Status.REFUTED, load_bearing=True
+    ).values_list("key", flat=True):
+        claims[claim] = frontier.ClaimView(status=Claim.Status.VERIFIED, load_bearing=True)
+    return released_by(nodes, replace(world, escalations=escalations, claims=claims), key)
 
 
 def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:

@@ -558,48 +558,17 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
 
 
 def released_by(nodes: dict[str, frontier.TaskNode], world: frontier.World, key: str) -> list[str]:
-    """What an answer releases: the task, and the pending work downstream that waited only on it.
+    """What an answer releases: the tasks it makes ready, the answered task first.
 
-    Pure: `nodes` and `world` as they are once the task is pending again and its escalation
-    closed. A downstream task is released when nothing but unfinished prerequisites holds it
-    (none of them stopped or blocked themselves); one still blocked by, say, a capability that
-    is down or an unverified claim is not.
+    Pure: `nodes` and `world` as they are once the answer is in (the task pending again, its
+    escalation closed, its refuted claims replaced by the answer). A task counts only if it is in
+    the safe ready frontier: the answered task, and pending work downstream of it that nothing
+    holds any more. Work that still waits on a prerequisite (even one the answer releases), or
+    is blocked for another reason (a capability down, an unverified claim), is not released.
     """
-    result = frontier.frontier(nodes, world)
-    blocked: dict[str, bool] = {}
-
-    def is_blocked(start: str) -> bool:
-        # Iterative depth-first walk over prerequisites: a 10,000-deep chain must not recurse.
-        stack = [start]
-        while stack:
-            current = stack[-1]
-            if current in blocked:
-                stack.pop()
-                continue
-            node = nodes.get(current)
-            if node is None or node.state in frontier.STOPPED:
-                blocked[current] = True
-                stack.pop()
-                continue
-            if node.state != "pending":
-                blocked[current] = False
-                stack.pop()
-                continue
-            codes = result.deferred.get(current, ())
-            if any(not code.startswith(frontier.PREREQUISITE) for code in codes):
-                blocked[current] = True
-                stack.pop()
-                continue
-            todo = [p for p in node.prerequisites if p not in blocked]
-            if todo:
-                stack.extend(todo)
-                continue
-            blocked[current] = any(blocked[p] for p in node.prerequisites)
-            stack.pop()
-        return blocked[start]
-
-    below = [k for k in downstream(nodes, key) if nodes[k].state == "pending"]
-    return [key, *sorted(k for k in below if not is_blocked(k))]
+    ready = set(frontier.frontier(nodes, world).ready)
+    below = sorted(k for k in downstream(nodes, key) if k in ready)
+    return ([key] if key in ready else []) + below
 
 
 def claim_recheck(*, claim: Claim, reviewer: Any) -> Claim:

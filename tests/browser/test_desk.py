@@ -63,10 +63,10 @@ def test_a_reviewer_answers_the_oldest_escalation_and_the_work_is_released(
         "Use the loyalty_points threshold in pricing-config.yaml"
     )
     page.get_by_role("button", name="Answer and release").click()
-    outcome = page.get_by_role("heading", name="Answered by alice — released 3 tasks")
+    # The coders wait for the reframed plan to run again: only plan is released now.
+    outcome = page.get_by_role("heading", name="Answered by alice — released 1 task")
     expect()(outcome).to_be_visible()
-    for key in ("plan", "discount-resolver", "api-change"):
-        expect()(page.locator("ul.released")).to_contain_text(key)
+    expect()(page.locator("ul.released")).to_have_text("plan")
     elapsed = time.monotonic() - started
     alice.shot("03-answered")
     assert elapsed < 60, f"signing in and answering took {elapsed:.1f}s"
@@ -151,7 +151,7 @@ def test_a_second_reviewer_answering_the_same_escalation_sees_who_won(desk, work
 
     alice.page.get_by_role("button", name="Answer and release").click()
     expect()(
-        alice.page.get_by_role("heading", name="Answered by alice — released 3 tasks")
+        alice.page.get_by_role("heading", name="Answered by alice — released 1 task")
     ).to_be_visible()
 
     # Bob's page learns it from its poll, and his own answer is refused naming the winner.

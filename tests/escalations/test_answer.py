@@ -9,6 +9,7 @@ from django.test import Client, TestCase
 
 from escalations import services
 from escalations.models import Answer, Escalation
+from fleet import services as fleet_services
 from fleet.models import ApiToken, Delivery
 from runs.models import Blocker, Claim, Decision, Evidence, Task
 from tests.escalations.desk import OPTIONS, QUESTION, Desk, member
@@ -53,14 +54,15 @@ def test_the_answer_reframes_the_task_and_releases_the_waiting_work(desk, alice)
     response = answer(signed_in(alice), escalation, text="Use the loyalty_points threshold")
     assert response.status_code == 200
     page = response.content.decode()
-    assert "Answered by alice — released 3 tasks" in page
-    assert "<li>plan</li><li>api-change</li><li>discount-resolver</li>" in page
+    # Its dependants wait on plan itself, which must run again: only plan is ready.
+    assert "Answered by alice — released 1 task</h2>" in page
+    assert "<li>plan</li></ul>" in page
 
     escalation.refresh_from_db()
     assert escalation.status == "answered" and escalation.acted_at is not None
     saved = Answer.objects.get(escalation=escalation)
     assert (saved.reviewer.username, saved.text) == ("alice", "Use the loyalty_points threshold")
-    assert saved.released == ["plan", "api-change", "discount-resolver"]
+    assert saved.released == ["plan"]
 
     claim = Claim.objects.get(key=f"answer.escalation-{escalation.pk}")
     assert (claim.status, claim.checked_by) == ("verified", "reviewer:alice")
@@ -91,7 +93,7 @@ def test_the_answer_reframes_the_task_and_releases_the_waiting_work(desk, alice)
         reframed.payload["data"]["ground_truth"][-1]["answer"] == "Use the loyalty_points threshold"
     )
     answered = Delivery.objects.get(type="escalation.answered")
-    assert answered.payload["data"]["released"] == ["plan", "api-change", "discount-resolver"]
+    assert answered.payload["data"]["released"] == ["plan"]
 
 
 def test_the_agents_next_context_carries_the_answer_as_ground_truth(client, desk, alice):
@@ -125,7 +127,7 @@ def test_without_htmx_the_answer_redirects_to_the_packet_which_says_who_answered
         response = browser.post(f"/escalations/{escalation.pk}/answer/", {"text": "loyalty"})
     assert response.status_code == 302 and response["Location"] == f"/escalations/{escalation.pk}/"
     page = browser.get(response["Location"]).content.decode()
-    assert "Answered by alice at" in page and "released 3 tasks" in page
+    assert "Answered by alice at" in page and "released 1 task</h2>" in page
     assert 'id="answer-form"' not in page
 
 
@@ -198,29 +200,87 @@ def test_an_answer_cannot_release_work_of_a_failed_run(desk, alice):
     assert response.status_code == 409 and "Closed by alice at" in response.content.decode()
 
 
-def test_work_still_blocked_for_another_reason_is_not_counted_as_released(desk, alice):
+def test_a_task_still_blocked_for_another_reason_is_not_counted_as_released(desk, alice):
+    desk.run("forge-work", tasks=[{"key": "push", "agent": "coder", "capabilities": ["forge"]}])
+    escalation = desk.escalate("push", run="forge-work")
     desk.planner.post(
         "capability.changed", {"capability": "forge", "status": "down", "reason": "503s"}
     )
-    escalation = desk.escalate()
-    answer(signed_in(alice), escalation, text="loyalty")
-    assert Answer.objects.get().released == ["plan", "discount-resolver"]
+    response = answer(signed_in(alice), escalation, text="push to the mirror")
+    assert Answer.objects.get().released == []
+    page = response.content.decode()
+    assert "released 0 tasks" in page
+    assert "push is back with its agent and still waits on: capability:forge" in page
 
 
-def test_released_by_follows_only_work_that_waited_on_the_task():
-    from runs.frontier import TaskNode, World
+def test_released_by_counts_only_the_tasks_the_answer_makes_ready():
+    from runs.frontier import ClaimView, TaskNode, World
 
     nodes = {
-        "plan": TaskNode("plan"),
-        "a": TaskNode("a", prerequisites=("plan",)),
-        "b": TaskNode("b", prerequisites=("a",)),
-        "c": TaskNode("c", prerequisites=("plan", "stuck")),
-        "stuck": TaskNode("stuck", state="failed"),
-        "d": TaskNode("d", prerequisites=("plan",), consumes=("unverified",)),
-        "done": TaskNode("done", state="succeeded"),
+        "plan": TaskNode("plan"),  # answered: pending again
+        "check": TaskNode("check", state="succeeded", prerequisites=("plan",)),
+        # The answer replaced the refuted claim `c`: the resolver may start.
+        "resolver": TaskNode("resolver", prerequisites=("check",), consumes=("c",)),
+        "tests": TaskNode("tests", prerequisites=("resolver",), consumes=("c",)),  # waits on it
+        "push": TaskNode("push", prerequisites=("check",), capabilities=("forge",)),  # forge down
+        "direct": TaskNode("direct", prerequisites=("plan",)),  # waits for plan to run again
+        "stuck": TaskNode("stuck", prerequisites=("check",), consumes=("unchecked",)),
+        "elsewhere": TaskNode("elsewhere"),  # ready, but not the answer's doing
     }
-    world = World(claims={})
-    assert services.released_by(nodes, world, "plan") == ["plan", "a", "b"]
+    world = World(
+        down=frozenset({"forge"}),
+        claims={"c": ClaimView("verified", True), "unchecked": ClaimView("unverified", True)},
+    )
+    assert services.released_by(nodes, world, "plan") == ["plan", "resolver"]
+    # An answered task that is itself blocked is not released either.
+    blocked = {**nodes, "plan": TaskNode("plan", capabilities=("forge",))}
+    assert services.released_by(blocked, world, "plan") == ["resolver"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_story_1s_answer_releases_what_its_packet_promised(tmp_path):
+    """The all-green replay: the packet promises the planner and the two coders whose claim the
+    answer replaces; api-tests still waits on api-change, so it is neither promised nor released."""
+    from fleet import intake
+    from fleet.stories import all_green, play
+    from tests.acceptance.conftest import fleet_for
+
+    fleet = fleet_for(all_green.STORY)
+    all_green.build_orders(tmp_path / "orders.sqlite3")
+    fleet_services.source_add(
+        fleet=fleet, kind="datasource", name="orders", value=str(tmp_path / "orders.sqlite3")
+    )
+    play(fleet, all_green.STORY, transport=intake_inline(intake))  # eager: decided inline
+    escalation = Escalation.objects.get(task__key="plan", status="open")
+    browser = signed_in(member("alice", fleet))
+    promise = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "it releases 3 tasks: plan, api-change, discount-resolver." in promise
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        response = browser.post(
+            f"/escalations/{escalation.pk}/answer/",
+            {"option": all_green.ANSWER},
+            HTTP_HX_REQUEST="true",
+        )
+    page = response.content.decode()
+    assert "Answered by alice — released 3 tasks</h2>" in page
+    released = Answer.objects.get(escalation=escalation).released
+    assert released == ["plan", "api-change", "discount-resolver"]
+    tests = Task.objects.get(run__key=all_green.RUN, key="api-tests")
+    assert not tests.ready
+    assert list(tests.blockers.filter(cleared_at=None).values_list("code", flat=True)) == [
+        "prerequisite:api-change"
+    ]
+
+
+def intake_inline(intake):
+    def transport(agent_id, headers, body):
+        return intake.receive(
+            agent_id=agent_id, headers=headers, body=body, content_type="application/json"
+        )
+
+    return transport
 
 
 @pytest.mark.postgres
