@@ -223,4 +223,6 @@ def parse(body: object) -> tuple[Envelope, Strict]:
         raise Invalid(pydantic_errors(exc, "data")) from exc
     if isinstance(data, TaskFinished) and data.outcome == "failed" and data.failure is None:
         raise Invalid([error("data.failure", "required when outcome is failed")])
+    if isinstance(data, RunStarted) and not data.tasks:
+        raise Invalid([error("data.tasks", "a run needs at least one task")])
     return envelope, data

@@ -202,6 +202,12 @@ def test_an_unknown_event_type_is_named(planner):
     assert "type" in errors
 
 
+def test_a_run_without_tasks_is_refused(planner):
+    errors = errors_of(start(planner, tasks=[]))
+    assert errors == {"data.tasks": "a run needs at least one task"}
+    assert not Run.objects.exists()
+
+
 def test_duplicate_task_keys_are_named(planner, coder):
     errors = errors_of(start(planner, tasks=[task("a"), task("a")]))
     assert errors == {"data.tasks.1.key": "duplicate task key 'a' (also at data.tasks.0)"}
