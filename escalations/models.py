@@ -51,6 +51,13 @@ class Escalation(models.Model):
             models.Index(fields=["fleet", "status", "opened_at", "id"]),
             models.Index(fields=["status", "opened_at", "id"]),
             models.Index(fields=["task", "status"]),
+            # The queue's default view, waiting (open or claimed) oldest or newest first: read in
+            # order from here, a page stops after its rows instead of sorting every match.
+            models.Index(
+                fields=["opened_at", "id"],
+                condition=models.Q(status__in=["open", "claimed"]),
+                name="escalation_waiting_order",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -335,15 +335,19 @@ def escalation_queue(
     backwards = query.before is not None
     if cursor is not None:
         later = newest == backwards  # walking towards later rows
+        # The bound on opened_at alone says nothing new; it is where the index scan starts,
+        # rather than at the queue's first row.
         if later:
+            bound = Q(opened_at__gte=cursor.opened_at)
             place = Q(opened_at__gt=cursor.opened_at) | Q(
                 opened_at=cursor.opened_at, id__gt=cursor.id
             )
         else:
+            bound = Q(opened_at__lte=cursor.opened_at)
             place = Q(opened_at__lt=cursor.opened_at) | Q(
                 opened_at=cursor.opened_at, id__lt=cursor.id
             )
-        page = found.filter(place)
+        page = found.filter(bound, place)
     else:
         page = found
     ascending = newest == backwards

@@ -4,7 +4,9 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from escalations import selectors
@@ -267,6 +269,35 @@ def test_pages_follow_the_keyset_forwards_and_back(desk, alice, monkeypatch):
     assert back == rows[5:10]
     newest, _ = page_ids(browser, "/escalations/?sort=newest")
     assert newest == rows[::-1][:5]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sort", ["oldest", "newest"])
+def test_a_waiting_page_is_read_in_the_order_of_an_index_not_sorted(desk, sort):
+    """With sorting priced out of the plan, no page of the waiting queue needs one."""
+    rows = bulk_escalations(desk, 12)
+    middle = selectors.Cursor(rows[5].opened_at, rows[5].pk)
+    for place in ({}, {"after": middle}, {"before": middle}):
+        query = selectors.QueueQuery(sort=sort, agent="coder", **place)
+        with CaptureQueriesContext(connection) as seen:
+            selectors.escalation_queue(fleet_ids=[desk.fleet.pk], query=query, now=timezone.now())
+        [statement] = [q["sql"] for q in seen.captured_queries if "ORDER BY" in q["sql"]]
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_sort = off")
+            cursor.execute("SET LOCAL enable_incremental_sort = off")
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {statement}")
+            plan = cursor.fetchone()[0][0]["Plan"]
+        nodes = list(walk(plan))
+        assert not [n for n in nodes if "Sort" in n["Node Type"]], (place, plan)
+        [scan] = [n for n in nodes if n.get("Index Name") == "escalation_waiting_order"]
+        if place:  # a later page starts the scan at its cursor, not at the first row
+            assert "opened_at" in scan.get("Index Cond", ""), scan
+
+
+def walk(node):
+    yield node
+    for below in node.get("Plans", ()):
+        yield from walk(below)
 
 
 def test_polling_keeps_the_reviewers_place_when_escalations_come_and_go(
