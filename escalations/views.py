@@ -168,11 +168,7 @@ def claim_response(
     if request.POST.get("from") == "packet":
         if request.htmx:
             return packet_status_response(request, escalation_for(request, escalation.pk), error)
-        if error is not None:
-            return packet_page(
-                request, escalation, error=error.message, status=error.status, action="claim"
-            )
-        return redirect("packet", escalation_id=escalation.pk)
+        return back_to_packet(request, escalation.pk, refused=error, action="claim")
     if request.htmx:
         row = selectors.queue_row(escalation.pk, now=timezone.now())
         context = {
@@ -243,10 +239,56 @@ def packet_page(
     form: dict[str, str] | None = None,
     status: int = 200,
     action: str = "answer",
+    lost: bool = False,
+    just_answered: services.Answered | None = None,
 ) -> HttpResponse:
+    """The packet page; to htmx, only its article (the region every action swaps)."""
     context = packet_context(request, escalation)
-    context.update({"error": error, "form": form or {}, "failed": action if error else ""})
-    return render(request, "escalations/packet.html", context, status=status)
+    context.update(
+        {
+            "error": error,
+            "form": form or {},
+            "failed": action if error else "",
+            "lost": lost,
+            "just_answered": just_answered,
+        }
+    )
+    template = "escalations/packet.html#packet" if request.htmx else "escalations/packet.html"
+    return render(request, template, context, status=status)
+
+
+# Where a refused action's form is on the page: a redirect back lands on it.
+ANCHORS = {"answer": "answer-form", "reroute": "reroute-form", "return": "return-form",
+           "abort": "abort-form", "claim": "status", "recheck": "evidence"}  # fmt: skip
+
+
+def flash_key(escalation_id: int) -> str:
+    return f"packet-refused-{escalation_id}"
+
+
+def back_to_packet(
+    request: HtmxHttpRequest,
+    escalation_id: int,
+    *,
+    refused: Refused | None = None,
+    form: dict[str, str] | None = None,
+    action: str = "answer",
+) -> HttpResponse:
+    """Redirect-after-post to the packet page, for a browser without htmx.
+
+    A refusal travels in the session and is shown once, with the draft kept, so that the
+    browser never rests on an action's URL (a reload would post again; a visit gets 405).
+    """
+    url = reverse("packet", args=[escalation_id])
+    if refused is None:
+        return redirect(url)
+    request.session[flash_key(escalation_id)] = {
+        "error": refused.message,
+        "form": form or {},
+        "action": action,
+        "lost": isinstance(refused, AlreadyActed),
+    }
+    return redirect(f"{url}#{ANCHORS.get(action, 'packet')}")
 
 
 @login_required
@@ -254,6 +296,16 @@ def packet_page(
 def packet(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
     escalation = escalation_for(request, escalation_id)
     services.escalation_looked_at(escalation=escalation, packet=True)
+    refused = request.session.pop(flash_key(escalation_id), None)
+    if isinstance(refused, dict):
+        return packet_page(
+            request,
+            escalation,
+            error=str(refused.get("error", "")),
+            form=refused.get("form") or {},
+            action=str(refused.get("action", "answer")),
+            lost=bool(refused.get("lost")),
+        )
     return packet_page(request, escalation)
 
 
@@ -274,47 +326,18 @@ def packet_status(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
     return packet_status_response(request, escalation_for(request, escalation_id))
 
 
-@login_required
-@require_POST
-def answer(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
-    escalation = escalation_for(request, escalation_id)
-    text = request.POST.get("text", "")
-    option = request.POST.get("option", "")
-    form = {"text": text, "option": option}
-    try:
-        answered = services.escalation_answer(
-            escalation=escalation, reviewer=request.user, text=text, option=option
-        )
-    except Refused as refused:
-        escalation = escalation_for(request, escalation_id)
-        if request.htmx:
-            context = packet_context(request, escalation)
-            context.update({"error": refused.message, "form": form, "failed": "answer"})
-            lost = isinstance(refused, AlreadyActed)
-            context["lost"] = lost
-            partial = "outcome" if lost else "answer-form"
-            return render(
-                request, f"escalations/packet.html#{partial}", context, status=refused.status
-            )
-        return packet_page(
-            request, escalation, error=refused.message, form=form, status=refused.status
-        )
-    if request.htmx:
-        escalation = escalation_for(request, escalation_id)
-        context = packet_context(request, escalation)
-        context["just_answered"] = answered
-        return render(request, "escalations/packet.html#outcome", context)
-    return redirect("packet", escalation_id=escalation_id)
-
-
-def other_action(
+def packet_action(
     request: HtmxHttpRequest, escalation_id: int, action: str, call: Any
 ) -> HttpResponse:
+    """Answer, reroute, return or abort, then show the new state: the whole packet to htmx (the
+    status, what was released, the history and the actions all change), a redirect otherwise."""
     escalation = escalation_for(request, escalation_id)
     form = {k: str(v) for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}
     try:
-        call(escalation)
+        done = call(escalation)
     except Refused as refused:
+        if not request.htmx:
+            return back_to_packet(request, escalation_id, refused=refused, form=form, action=action)
         return packet_page(
             request,
             escalation_for(request, escalation_id),
@@ -322,14 +345,50 @@ def other_action(
             form=form,
             status=refused.status,
             action=action,
+            lost=isinstance(refused, AlreadyActed),
         )
-    return redirect("packet", escalation_id=escalation_id)
+    if not request.htmx:
+        return back_to_packet(request, escalation_id)
+    return packet_page(
+        request,
+        escalation_for(request, escalation_id),
+        just_answered=done if isinstance(done, services.Answered) else None,
+    )
+
+
+def acts_on_packet(view: Any) -> Any:
+    """POST only; a visit (a bookmark, the history) goes to the packet page rather than a 405."""
+    posted = require_POST(view)
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
+        if request.method in ("GET", "HEAD"):
+            return redirect("packet", escalation_id=escalation_id)
+        return posted(request, escalation_id)
+
+    return wrapper
 
 
 @login_required
-@require_POST
+@acts_on_packet
+def answer(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
+    return packet_action(
+        request,
+        escalation_id,
+        "answer",
+        lambda e: services.escalation_answer(
+            escalation=e,
+            reviewer=request.user,
+            text=request.POST.get("text", ""),
+            option=request.POST.get("option", ""),
+        ),
+    )
+
+
+@login_required
+@acts_on_packet
 def reroute(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
-    return other_action(
+    return packet_action(
         request,
         escalation_id,
         "reroute",
@@ -343,9 +402,9 @@ def reroute(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@acts_on_packet
 def return_packet(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
-    return other_action(
+    return packet_action(
         request,
         escalation_id,
         "return",
@@ -359,9 +418,9 @@ def return_packet(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@acts_on_packet
 def abort(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
-    return other_action(
+    return packet_action(
         request,
         escalation_id,
         "abort",
@@ -414,11 +473,7 @@ def recheck(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -> Http
     claim.refresh_from_db()
     if request.htmx:
         return claim_row_response(request, escalation, claim, error)
-    if error is not None:
-        return packet_page(
-            request, escalation, error=error.message, status=error.status, action="recheck"
-        )
-    return redirect("packet", escalation_id=escalation_id)
+    return back_to_packet(request, escalation_id, refused=error, action="recheck")
 
 
 WINDOWS = {"7": 7, "30": 30, "90": 90, "all": None}

@@ -105,6 +105,15 @@
     if (row) select(row, false);
   });
 
+  // After an action swaps the packet in, move the focus to what it says (the outcome or the
+  // refusal): the button that had it is gone, and a screen reader should hear the result.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    if (!target || target.id !== "packet") return;
+    var said = document.querySelector("#packet [data-focus]");
+    if (said) said.focus({ preventScroll: false });
+  });
+
   // After a poll or a claim swaps rows in, put the selection (and the focus) back where it was.
   document.addEventListener("htmx:beforeSwap", function () {
     var active = document.activeElement;

@@ -173,9 +173,13 @@ def test_recheck_refuses_a_claim_already_checked(desk, browser):
     escalation = desk.escalate()
     committed(browser.post, f"/escalations/{escalation.pk}/answer/", {"text": "use loyalty points"})
     answer_claim = Claim.objects.get(key=f"answer.escalation-{escalation.pk}")
-    response = browser.post(f"/escalations/{escalation.pk}/claims/{answer_claim.pk}/recheck/")
+    url = f"/escalations/{escalation.pk}/claims/{answer_claim.pk}/recheck/"
+    response = browser.post(url, HTTP_HX_REQUEST="true")
     assert response.status_code == 409
     assert "already verified" in response.content.decode()
+    page = refused_without_htmx(browser, escalation, url, {}, anchor="evidence")
+    evidence = page[page.index('id="evidence"') : page.index('id="release"')]
+    assert "already verified" in evidence
 
 
 def test_a_claim_of_another_run_is_not_found_from_this_packet(desk, browser, client, fleet):
@@ -239,10 +243,14 @@ def test_a_reviewer_reroutes_the_task_to_another_agent(desk, browser):
 )
 def test_a_bad_reroute_is_refused_saying_why(desk, browser, form, message):
     escalation = desk.escalate()
-    response = browser.post(f"/escalations/{escalation.pk}/reroute/", form)
+    url = f"/escalations/{escalation.pk}/reroute/"
+    response = browser.post(url, form, HTTP_HX_REQUEST="true")
     assert response.status_code == 422
+    assert response.content.decode().lstrip().startswith('<article id="packet"')
     assert message in response.content.decode()
     assert "<details open>" in response.content.decode()
+    page = refused_without_htmx(browser, escalation, url, form, anchor="reroute-form")
+    assert message in page and "<details open>" in page and form["note"] in page
     assert Task.objects.get(key="plan").state == "escalated"
 
 
@@ -294,8 +302,11 @@ def test_a_better_packet_after_a_return_opens_a_new_escalation(desk, browser):
 )
 def test_a_bad_return_is_refused_saying_why(desk, browser, form, message):
     escalation = desk.escalate()
-    response = browser.post(f"/escalations/{escalation.pk}/return/", form)
+    url = f"/escalations/{escalation.pk}/return/"
+    response = browser.post(url, form, HTTP_HX_REQUEST="true")
     assert response.status_code == 422 and message in response.content.decode()
+    page = refused_without_htmx(browser, escalation, url, form, anchor="return-form")
+    assert message in page
     escalation.refresh_from_db()
     assert escalation.status == "open"
 
@@ -327,7 +338,147 @@ def test_aborting_cancels_the_task_and_its_dependants_and_fails_the_run(desk, br
 
 def test_an_abort_without_a_reason_is_refused(desk, browser):
     escalation = desk.escalate()
-    response = browser.post(f"/escalations/{escalation.pk}/abort/", {"reason": ""})
+    url = f"/escalations/{escalation.pk}/abort/"
+    response = browser.post(url, {"reason": ""}, HTTP_HX_REQUEST="true")
     assert response.status_code == 422
     assert "Say why the task is aborted" in response.content.decode()
+    page = refused_without_htmx(browser, escalation, url, {"reason": ""}, anchor="abort-form")
+    assert "Say why the task is aborted" in page
     assert Run.objects.get(key="tier-discounts").state == "running"
+
+
+def refused_without_htmx(browser, escalation, url, form, *, anchor):
+    """A plain form post that is refused ends on the packet page, which says why once."""
+    response = browser.post(url, form)
+    packet = f"/escalations/{escalation.pk}/"
+    assert response.status_code == 302 and response["Location"] == f"{packet}#{anchor}"
+    page = browser.get(packet)
+    assert page.status_code == 200
+    again = browser.get(packet).content.decode()
+    assert 'class="error" role="alert"' not in again  # shown once: a reload is a fresh page
+    return page.content.decode()
+
+
+# After an action the page shows the new state everywhere; without htmx every action ends on it
+
+
+def section(page, heading_id, next_id=None):
+    start = page.index(f'id="{heading_id}"')
+    return page[start : page.index(f'id="{next_id}"', start)] if next_id else page[start:]
+
+
+def test_answering_swaps_the_whole_packet_to_its_new_state(desk, browser):
+    escalation = desk.escalate()
+    browser.post(f"/escalations/{escalation.pk}/claim/", {"from": "packet"})
+    before = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "You have claimed it until" in before and "This answer will release" in before
+    response = committed(
+        browser.post,
+        f"/escalations/{escalation.pk}/answer/",
+        {"text": "use loyalty points"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.lstrip().startswith('<article id="packet"')
+    assert "Answered by alice — released 1 task</h2>" in page
+    assert '<ul class="released"><li>plan</li></ul>' in page
+    assert "You have claimed it until" not in page and "Answered by alice at" in page
+    assert '<h2 id="release">Released</h2>' in page
+    assert f"escalation {escalation.pk} answered by alice" in section(page, "history")
+    assert "use loyalty points" in section(page, "history")
+    for gone in ("Answer and release", "Reroute to another agent", "Return the packet", "Abort"):
+        assert gone not in page, gone
+
+
+@pytest.mark.parametrize(
+    ("action", "form"),
+    [
+        ("reroute", {"agent": "coder", "note": "the coder can read the schema"}),
+        ("return", {"field": "evidence", "note": "send the query's rows"}),
+        ("abort", {"reason": "the discount was dropped"}),
+    ],
+)
+def test_every_other_action_swaps_the_whole_packet_too(desk, browser, action, form):
+    escalation = desk.escalate()
+    response = committed(
+        browser.post, f"/escalations/{escalation.pk}/{action}/", form, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.lstrip().startswith('<article id="packet"')
+    assert "Nobody has claimed it" not in page and 'hx-trigger="every' not in page
+    assert "Other actions" not in page and "Answer and release" not in page
+    assert f"escalation {escalation.pk} " in section(page, "history")
+
+
+@pytest.mark.parametrize(
+    ("action", "form"),
+    [
+        ("answer", {"text": "use loyalty points"}),
+        ("reroute", {"agent": "coder", "note": "the coder can read the schema"}),
+        ("return", {"field": "evidence", "note": "send the query's rows"}),
+        ("abort", {"reason": "the discount was dropped"}),
+    ],
+)
+def test_without_htmx_every_action_redirects_to_the_packet(desk, browser, action, form):
+    escalation = desk.escalate()
+    response = committed(browser.post, f"/escalations/{escalation.pk}/{action}/", form)
+    assert response.status_code == 302
+    assert response["Location"] == f"/escalations/{escalation.pk}/"
+    page = browser.get(response["Location"]).content.decode()
+    assert "Other actions" not in page and "Answer and release" not in page
+
+
+def test_visiting_an_actions_address_opens_the_packet(desk, browser):
+    escalation = desk.escalate()
+    for action in ("answer", "reroute", "return", "abort"):
+        response = browser.get(f"/escalations/{escalation.pk}/{action}/")
+        assert response.status_code == 302, action
+        assert response["Location"] == f"/escalations/{escalation.pk}/"
+    escalation.refresh_from_db()
+    assert escalation.status == "open"
+
+
+def test_without_htmx_a_refused_answer_keeps_the_draft_on_the_packet(desk, browser):
+    escalation = desk.escalate()
+    page = refused_without_htmx(
+        browser,
+        escalation,
+        f"/escalations/{escalation.pk}/answer/",
+        {"text": "x" * 5001},
+        anchor="answer-form",
+    )
+    form = section(page, "answer-form", "status")
+    assert "keep it under 5,000" in form and "x" * 5001 in form
+
+
+def test_without_htmx_a_second_answer_is_told_who_answered(desk, browser, fleet):
+    escalation = desk.escalate()
+    bob = Client()
+    bob.force_login(member("bob", fleet))
+    committed(bob.post, f"/escalations/{escalation.pk}/answer/", {"text": "loyalty points"})
+    page = refused_without_htmx(
+        browser,
+        escalation,
+        f"/escalations/{escalation.pk}/answer/",
+        {"text": "add a column"},
+        anchor="answer-form",
+    )
+    assert "Answered by bob at" in page
+    assert "Your answer was not recorded" in page and "add a column" in page
+
+
+def test_without_htmx_a_refused_claim_is_shown_on_the_packet(desk, browser, fleet):
+    escalation = desk.escalate()
+    bob = Client()
+    bob.force_login(member("bob", fleet))
+    bob.post(f"/escalations/{escalation.pk}/claim/", {"from": "packet"})
+    page = refused_without_htmx(
+        browser,
+        escalation,
+        f"/escalations/{escalation.pk}/claim/",
+        {"from": "packet"},
+        anchor="status",
+    )
+    assert "Claimed by bob until" in section(page, "status", "tried")
