@@ -293,8 +293,15 @@ def visible_escalations(user: Any) -> QuerySet[Escalation]:
     return Escalation.objects.filter(fleet__memberships__user_id=user.pk or 0)
 
 
+# Where member_fleet_ids leaves the person's roles ({fleet id: role}) on the user for the rest
+# of the request, as Django's auth backend keeps permissions: the navigation reads them there.
+FLEET_ROLES = "_fleet_roles"
+
+
 def member_fleet_ids(user: Any) -> list[int]:
-    return list(Membership.objects.filter(user_id=user.pk or 0).values_list("fleet_id", flat=True))
+    roles = dict(Membership.objects.filter(user_id=user.pk or 0).values_list("fleet_id", "role"))
+    setattr(user, FLEET_ROLES, roles)
+    return list(roles)
 
 
 def filtered_escalations(
@@ -578,6 +585,13 @@ def history_of(escalation: Escalation) -> list[dict[str, Any]]:
 # Manager reports (DESIGN 9 and the issue's escalation health).
 
 REPORT_RUNS = 200  # the latest runs in the window; the blast radius of each costs five queries
+
+
+def reviews(user: Any, fleet_id: int) -> bool:
+    """Only a fleet's reviewers act on its escalations and claims; its managers read them."""
+    return Membership.objects.filter(
+        user_id=user.pk or 0, fleet_id=fleet_id, role=Membership.Role.REVIEWER
+    ).exists()
 
 
 def managed_fleet_ids(user: Any) -> list[int]:

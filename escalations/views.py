@@ -162,9 +162,34 @@ def back_to(request: HtmxHttpRequest, default: str) -> str:
     return default
 
 
+def refuse_unless_reviewer(request: HtmxHttpRequest, escalation: Escalation) -> None:
+    if not selectors.reviews(request.user, escalation.fleet_id):
+        raise Refused(
+            f"Only a reviewer of fleet {escalation.fleet.name} can act on its escalations: "
+            "as its manager you can read the queue and the packets.",
+            status=403,
+        )
+
+
+def forbidden(request: HtmxHttpRequest, escalation: Escalation, refused: Refused) -> HttpResponse:
+    """A manager's attempt to act, from a plain form: the reason, and the way back."""
+    return render(
+        request,
+        "403.html",
+        {
+            "message": refused.message,
+            "back": reverse("packet", args=[escalation.pk]),
+            "back_label": "Back to the escalation",
+        },
+        status=403,
+    )
+
+
 def claim_response(
     request: HtmxHttpRequest, escalation: Escalation, error: Refused | None
 ) -> HttpResponseBase:
+    if error is not None and error.status == 403 and not request.htmx:
+        return forbidden(request, escalation, error)
     if request.POST.get("from") == "packet":
         if request.htmx:
             return packet_status_response(request, escalation_for(request, escalation.pk), error)
@@ -197,6 +222,7 @@ def claim_response(
 def claim(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
     escalation = escalation_for(request, escalation_id)
     try:
+        refuse_unless_reviewer(request, escalation)
         services.escalation_claim(escalation=escalation, reviewer=request.user)
     except Refused as refused:
         return claim_response(request, escalation, refused)
@@ -208,6 +234,7 @@ def claim(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
 def release(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
     escalation = escalation_for(request, escalation_id)
     try:
+        refuse_unless_reviewer(request, escalation)
         services.escalation_release(escalation=escalation, reviewer=request.user)
     except Refused as refused:
         return claim_response(request, escalation, refused)
@@ -217,6 +244,7 @@ def release(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
 def packet_context(request: HtmxHttpRequest, escalation: Escalation) -> dict[str, Any]:
     now = timezone.now()
     return {
+        "can_act": selectors.reviews(request.user, escalation.fleet_id),
         "escalation": escalation,
         "run": escalation.run,
         "task": escalation.task,
@@ -295,7 +323,9 @@ def back_to_packet(
 @require_GET
 def packet(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
     escalation = escalation_for(request, escalation_id)
-    services.escalation_looked_at(escalation=escalation, packet=True)
+    if selectors.reviews(request.user, escalation.fleet_id):
+        # A manager reading along is not a first look: the health report measures reviewers.
+        services.escalation_looked_at(escalation=escalation, packet=True)
     refused = request.session.pop(flash_key(escalation_id), None)
     if isinstance(refused, dict):
         return packet_page(
@@ -334,8 +364,11 @@ def packet_action(
     escalation = escalation_for(request, escalation_id)
     form = {k: str(v) for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}
     try:
+        refuse_unless_reviewer(request, escalation)
         done = call(escalation)
     except Refused as refused:
+        if refused.status == 403 and not request.htmx:
+            return forbidden(request, escalation, refused)
         if not request.htmx:
             return back_to_packet(request, escalation_id, refused=refused, form=form, action=action)
         return packet_page(
@@ -444,6 +477,7 @@ def claim_row_response(
     context = {
         "escalation": escalation,
         "claim": row,
+        "can_act": selectors.reviews(request.user, escalation.fleet_id),
         "claim_error": error.message if error else "",
         "poll_seconds": poll_seconds(),
     }
@@ -467,12 +501,15 @@ def recheck(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -> Http
     claim = claim_of(escalation, claim_id)
     error = None
     try:
+        refuse_unless_reviewer(request, escalation)
         services.claim_recheck(claim=claim, reviewer=request.user)
     except Refused as refused:
         error = refused
     claim.refresh_from_db()
     if request.htmx:
         return claim_row_response(request, escalation, claim, error)
+    if error is not None and error.status == 403:
+        return forbidden(request, escalation, error)
     return back_to_packet(request, escalation_id, refused=error, action="recheck")
 
 
