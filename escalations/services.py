@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from escalations.models import Answer, Escalation, FailurePacket
-from escalations.packets import validate_packet
+from escalations.packets import Packet, validate_packet
 from fleet.events import Invalid, PacketSubmitted, error
 from fleet.intake import Context
 from fleet.models import Agent
@@ -21,15 +21,30 @@ from runs.models import Attempt, Blocker, Claim, Decision, Evidence, ProgressLin
 from runs.services import run_for, task_for
 
 
+def checked_packet(packet: object, task: object) -> tuple[Packet | None, list[dict[str, str]]]:
+    """The packet if it is good, else every error, each naming its field (and a wrong task)."""
+    checked = validate_packet(packet, loc="data.packet")
+    if isinstance(checked, list):
+        return None, [error(e.loc, e.msg) for e in checked]
+    if isinstance(task, str) and checked.task != task:
+        return None, [error("data.packet.task", f"names task {checked.task!r}, not {task!r}")]
+    return checked, []
+
+
+def packet_errors(packet: object, task: object) -> list[dict[str, str]]:
+    return checked_packet(packet, task)[1]
+
+
 def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
     """A packet is how an agent stops: it opens (or fills) the task's escalation."""
-    run = run_for(context, data.run)
-    task = task_for(run, data.task)
-    checked = validate_packet(data.packet, loc="data.packet")
-    if isinstance(checked, list):
-        raise Invalid([error(e.loc, e.msg) for e in checked])
-    if checked.task != task.key:
-        raise Invalid([error("data.packet.task", f"names task {checked.task!r}, not {task.key!r}")])
+    try:
+        run = run_for(context, data.run)
+        task = task_for(run, data.task)
+    except Invalid as exc:
+        raise Invalid(exc.errors + packet_errors(data.packet, data.task), exc.status) from None
+    checked, errors = checked_packet(data.packet, task.key)
+    if checked is None:
+        raise Invalid(errors)
     if task.state in (Task.State.SUCCEEDED, Task.State.CANCELLED):
         raise Invalid(
             [error("data.task", f"task {task.key!r} is {task.state}; nothing to escalate")], 409

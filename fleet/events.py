@@ -1,5 +1,7 @@
 """The webhook's event envelope and the `data` of each event type (DESIGN section 3)."""
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -157,13 +159,28 @@ class Envelope(BaseModel):
     agent: Name | None = None  # only in import_events files
 
 
+TaskEntry = tuple[int, TaskIn | None, str | None]  # (index, the task if it parsed, its key)
+
+
+@dataclass(frozen=True)
+class Partial:
+    """What did parse of a refused event's data: its reference errors are named with the rest."""
+
+    type: str
+    fields: Mapping[str, Any]  # the top-level fields of `data` that are valid, as sent
+    tasks: tuple[TaskEntry, ...] = ()  # run.started and tasks.added
+
+
 class Invalid(Exception):
     """A request the webhook refuses; carries the JSON error list and the status."""
 
-    def __init__(self, errors: list[dict[str, str]], status: int = 422) -> None:
+    def __init__(
+        self, errors: list[dict[str, str]], status: int = 422, partial: Partial | None = None
+    ) -> None:
         super().__init__(errors)
         self.errors = errors
         self.status = status
+        self.partial = partial
 
 
 def error(loc: str, msg: str) -> dict[str, str]:
@@ -207,22 +224,66 @@ def nul_bytes(value: object, loc: str = "") -> list[dict[str, str]]:
 
 
 def parse(body: object) -> tuple[Envelope, Strict]:
-    """Validate an envelope and its data; raise Invalid naming every bad field."""
+    """Validate an envelope and its data; raise Invalid naming every bad field.
+
+    NUL bytes, the schema and the rules across fields are checked together; when any fails, the
+    Invalid carries what did parse (`partial`) so that the intake can name reference errors too.
+    """
     errors = nul_bytes(body)
-    if errors:
-        raise Invalid(errors)
     if not isinstance(body, dict):
-        raise Invalid([error("body", "must be a JSON object with type, timestamp and data")])
+        raise Invalid(
+            [*errors, error("body", "must be a JSON object with type, timestamp and data")]
+        )
+    envelope: Envelope | None = None
     try:
         envelope = Envelope.model_validate(body)
     except ValidationError as exc:
-        raise Invalid(pydantic_errors(exc, "")) from exc
+        errors += pydantic_errors(exc, "")
+    kind, raw = body.get("type"), body.get("data")
+    if not isinstance(kind, str) or kind not in DATA_MODELS or not isinstance(raw, dict):
+        raise Invalid(errors)  # the envelope's errors name what is missing
+    data: Strict | None = None
     try:
-        data = DATA_MODELS[envelope.type].model_validate(envelope.data)
+        data = DATA_MODELS[kind].model_validate(raw)
     except ValidationError as exc:
-        raise Invalid(pydantic_errors(exc, "data")) from exc
-    if isinstance(data, TaskFinished) and data.outcome == "failed" and data.failure is None:
-        raise Invalid([error("data.failure", "required when outcome is failed")])
-    if isinstance(data, RunStarted) and not data.tasks:
-        raise Invalid([error("data.tasks", "a run needs at least one task")])
+        errors += pydantic_errors(exc, "data")
+    errors += rule_errors(kind, raw)
+    if errors or envelope is None or data is None:
+        raise Invalid(errors, partial=partial_of(kind, raw, data, errors))
     return envelope, data
+
+
+def rule_errors(kind: str, raw: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The rules that span fields, checked on the data as sent."""
+    if kind == "task.finished" and raw.get("outcome") == "failed" and raw.get("failure") is None:
+        return [error("data.failure", "required when outcome is failed")]
+    if kind == "run.started" and raw.get("tasks") == []:
+        return [error("data.tasks", "a run needs at least one task")]
+    return []
+
+
+def partial_of(
+    kind: str, raw: Mapping[str, Any], data: Strict | None, errors: list[dict[str, str]]
+) -> Partial:
+    def valid(name: str) -> bool:
+        loc = f"data.{name}"
+        return not any(e["loc"] == loc or e["loc"].startswith(loc + ".") for e in errors)
+
+    fields = {name: value for name, value in raw.items() if isinstance(name, str) and valid(name)}
+    tasks: tuple[TaskEntry, ...] = ()
+    if isinstance(data, RunStarted | TasksAdded):
+        tasks = tuple((i, spec, spec.key) for i, spec in enumerate(data.tasks))
+    elif kind in ("run.started", "tasks.added") and isinstance(raw.get("tasks"), list):
+        tasks = tuple(task_entry(i, item) for i, item in enumerate(raw["tasks"]))
+    return Partial(type=kind, fields=fields, tasks=tasks)
+
+
+def task_entry(index: int, item: object) -> TaskEntry:
+    """A task of a refused declaration: parsed if it can be, else at least its key."""
+    try:
+        spec = TaskIn.model_validate(item)
+    except ValidationError:
+        key = item.get("key") if isinstance(item, dict) else None
+        readable = isinstance(key, str) and 0 < len(key) <= 200 and "\x00" not in key
+        return index, None, key if readable else None
+    return index, spec, spec.key

@@ -16,7 +16,7 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from fleet import signing
-from fleet.events import Invalid, Strict, error, parse
+from fleet.events import Invalid, Partial, Strict, error, parse
 from fleet.models import Agent, Event, SigningKey
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,17 @@ def over_rate(agent: Agent) -> int:
     return 0
 
 
+def reference_errors(agent: Agent, partial: Partial) -> list[dict[str, str]]:
+    """What a refused event's valid parts refer to that does not exist, or a packet's errors."""
+    from escalations import services as desk
+    from runs import services as work
+
+    errors = work.reference_errors(fleet_id=agent.fleet_id, partial=partial)
+    if partial.type == "packet.submitted" and "packet" in partial.fields:
+        errors += desk.packet_errors(partial.fields["packet"], partial.fields.get("task"))
+    return errors
+
+
 def actor_for(sender: Agent, data: Strict) -> Agent:
     name = getattr(data, "agent", None)
     if name is None or name == sender.name:
@@ -170,7 +181,10 @@ def apply(
         previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
         if previous is not None:
             return replay(previous, digest)
-        return Reply(exc.status, {"errors": exc.errors})
+        errors = exc.errors
+        if exc.partial is not None:
+            errors = errors + reference_errors(agent, exc.partial)
+        return Reply(exc.status, {"errors": errors})
     for _ in range(2):
         try:
             return _apply_once(agent, webhook_id, digest, envelope, data, imported)

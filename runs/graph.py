@@ -11,48 +11,57 @@ class GraphError:
 
 
 def check_graph(
-    new: Sequence[tuple[str, Sequence[str]]],
+    new: Sequence[tuple[str, Sequence[str] | None]],
     *,
     existing: Mapping[str, Sequence[str]] | None = None,
     loc: str = "data.tasks",
+    positions: Sequence[int] | None = None,
 ) -> list[GraphError]:
-    """Errors in `new` tasks (key, prerequisites) added to an `existing` graph, every one named."""
+    """Errors in `new` tasks (key, prerequisites) added to an `existing` graph, every one named.
+
+    A cycle among the valid edges is named alongside duplicate keys and unknown prerequisites.
+    `positions` gives each task's index in the request when some tasks are left out (they did
+    not parse); prerequisites of None mean unreadable: the key counts, its edges are not checked.
+    """
     existing = existing or {}
+    at = list(positions) if positions is not None else list(range(len(new)))
     errors: list[GraphError] = []
     seen: dict[str, int] = {}
     for i, (key, _) in enumerate(new):
         if key in existing:
-            errors.append(GraphError(f"{loc}.{i}.key", f"task {key!r} already exists in the run"))
+            errors.append(
+                GraphError(f"{loc}.{at[i]}.key", f"task {key!r} already exists in the run")
+            )
         elif key in seen:
             errors.append(
                 GraphError(
-                    f"{loc}.{i}.key", f"duplicate task key {key!r} (also at {loc}.{seen[key]})"
+                    f"{loc}.{at[i]}.key",
+                    f"duplicate task key {key!r} (also at {loc}.{at[seen[key]]})",
                 )
             )
         else:
             seen[key] = i
     known = set(existing) | set(seen)
+    edges: dict[str, tuple[str, ...]] = {}
     for i, (key, prerequisites) in enumerate(new):
-        for j, prerequisite in enumerate(prerequisites):
+        for j, prerequisite in enumerate(prerequisites or ()):
             if prerequisite not in known:
                 errors.append(
                     GraphError(
-                        f"{loc}.{i}.prerequisites.{j}", f"unknown prerequisite {prerequisite!r}"
+                        f"{loc}.{at[i]}.prerequisites.{j}", f"unknown prerequisite {prerequisite!r}"
                     )
                 )
             elif prerequisite == key:
                 errors.append(
-                    GraphError(f"{loc}.{i}.prerequisites.{j}", f"task {key!r} requires itself")
+                    GraphError(f"{loc}.{at[i]}.prerequisites.{j}", f"task {key!r} requires itself")
                 )
-    if errors:
-        return errors
-    edges = {key: tuple(prerequisites) for key, prerequisites in new}
+        if seen.get(key) == i:
+            edges[key] = tuple(p for p in prerequisites or () if p in known and p != key)
     cycle = find_cycle(edges)
     if cycle:
-        first = seen[cycle[0]]
         path = " -> ".join([*cycle, cycle[0]])
-        return [GraphError(f"{loc}.{first}.prerequisites", f"cycle: {path}")]
-    return []
+        errors.append(GraphError(f"{loc}.{at[seen[cycle[0]]]}.prerequisites", f"cycle: {path}"))
+    return errors
 
 
 def find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str]:

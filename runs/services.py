@@ -2,7 +2,7 @@
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.db import connection
@@ -13,7 +13,9 @@ from fleet.events import (
     ClaimPosted,
     EvidenceIn,
     Invalid,
+    Partial,
     RunStarted,
+    TaskEntry,
     TaskFinished,
     TaskIn,
     TasksAdded,
@@ -65,12 +67,45 @@ def run_for(context: Context, key: str, loc: str = "data.run", *, lock: bool = F
     return run
 
 
-def task_for(run: Run, key: str, loc: str = "data.task", *, lock: bool = True) -> Task:
+def find_task(run: Run, key: str, *, lock: bool = True) -> Task | None:
     tasks = Task.objects.filter(run=run, key=key).select_related("agent")
-    task = (tasks.select_for_update(of=("self",)) if lock else tasks).first()
+    return (tasks.select_for_update(of=("self",)) if lock else tasks).first()
+
+
+def unknown_task(run: Run, key: str, loc: str = "data.task") -> dict[str, str]:
+    return error(loc, f"unknown task {key!r} in run {run.key!r}")
+
+
+def task_for(run: Run, key: str, loc: str = "data.task", *, lock: bool = True) -> Task:
+    task = find_task(run, key, lock=lock)
     if task is None:
-        raise Invalid([error(loc, f"unknown task {key!r} in run {run.key!r}")])
+        raise Invalid([unknown_task(run, key, loc)])
     return task
+
+
+def task_errors(
+    *, agents: Collection[str], existing: Collection[str], entries: Sequence[TaskEntry]
+) -> list[dict[str, str]]:
+    """Every reference error of declared tasks: unknown agents, and the graph's errors.
+
+    A task that did not parse (None) counts by its key, if readable; its references are not checked.
+    """
+    errors = [
+        error(f"data.tasks.{i}.agent", f"no agent {spec.agent!r} in this fleet")
+        for i, spec, _ in entries
+        if spec is not None and spec.agent not in agents
+    ]
+    readable = [
+        (i, key, spec.prerequisites if spec is not None else None)
+        for i, spec, key in entries
+        if key is not None
+    ]
+    graph = check_graph(
+        [(key, prerequisites) for _, key, prerequisites in readable],
+        existing=dict.fromkeys(existing, ()),
+        positions=[i for i, _, _ in readable],
+    )
+    return errors + [error(e.loc, e.msg) for e in graph]
 
 
 def add_tasks(context: Context, run: Run, specs: Sequence[TaskIn]) -> list[Task]:
@@ -78,17 +113,11 @@ def add_tasks(context: Context, run: Run, specs: Sequence[TaskIn]) -> list[Task]
     fleet_id = context.sender.fleet_id
     agents = {a.name: a for a in Agent.objects.filter(fleet_id=fleet_id)}
     existing: dict[str, int] = dict(Task.objects.filter(run=run).values_list("key", "pk"))
-    errors = [
-        error(f"data.tasks.{i}.agent", f"no agent {spec.agent!r} in this fleet")
-        for i, spec in enumerate(specs)
-        if spec.agent not in agents
-    ]
-    errors += [
-        error(e.loc, e.msg)
-        for e in check_graph(
-            [(s.key, s.prerequisites) for s in specs], existing={k: () for k in existing}
-        )
-    ]
+    errors = task_errors(
+        agents=agents,
+        existing=existing,
+        entries=[(i, spec, spec.key) for i, spec in enumerate(specs)],
+    )
     if errors:
         raise Invalid(errors)
     known = set(Capability.objects.filter(fleet_id=fleet_id).values_list("name", flat=True))
@@ -133,6 +162,47 @@ def add_tasks(context: Context, run: Run, specs: Sequence[TaskIn]) -> list[Task]
         batch_size=2000,
     )
     return tasks
+
+
+def reference_errors(*, fleet_id: int, partial: Partial) -> list[dict[str, str]]:
+    """The reference errors of a refused event's valid parts, named with its schema errors.
+
+    Read-only. Only fields that parsed are looked up: the run, the task, the claim a check names,
+    and the declared tasks (their agents, duplicate keys, unknown prerequisites, a cycle).
+    """
+    fields = partial.fields
+    errors: list[dict[str, str]] = []
+    run: Run | None = None
+    run_key, task_key, claim_key = fields.get("run"), fields.get("task"), fields.get("claim")
+    if partial.type != "run.started" and isinstance(run_key, str):
+        run = Run.objects.filter(fleet_id=fleet_id, key=run_key).first()
+        if run is None:
+            errors.append(error("data.run", f"unknown run {run_key!r}"))
+    if (
+        run is not None
+        and isinstance(task_key, str)
+        and not Task.objects.filter(run=run, key=task_key).exists()
+    ):
+        errors.append(unknown_task(run, task_key))
+    if (
+        run is not None
+        and partial.type == "claim.checked"
+        and isinstance(claim_key, str)
+        and not Claim.objects.filter(run=run, key=claim_key).exists()
+    ):
+        errors.append(error("data.claim", f"unknown claim {claim_key!r} in run {run.key!r}"))
+    if partial.tasks:
+        entries = partial.tasks
+        if partial.type == "tasks.added" and run is None:
+            # Without the run's graph, only the agents can be checked.
+            entries = tuple((i, spec, None) for i, spec, _ in entries)
+        existing = Task.objects.filter(run=run).values_list("key", flat=True) if run else ()
+        errors += task_errors(
+            agents=set(Agent.objects.filter(fleet_id=fleet_id).values_list("name", flat=True)),
+            existing=set(existing),
+            entries=entries,
+        )
+    return errors
 
 
 def run_start(context: Context, data: RunStarted) -> dict[str, Any]:
@@ -318,20 +388,22 @@ def record_checker_use(claim: Claim, task: Task, at: Any) -> None:
 def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
     """A consumer's verdict: recorded now, accepted only once the verifier confirms its evidence."""
     run = run_for(context, data.run)
-    task = task_for(run, data.task)
+    task = find_task(run, data.task)
     claim = Claim.objects.select_for_update().filter(run=run, key=data.claim).first()
-    if claim is None:
-        raise Invalid([error("data.claim", f"unknown claim {data.claim!r} in run {run.key!r}")])
     agent_text = cites_an_agent(data.evidence.source)
+    errors = [] if task is not None else [unknown_task(run, data.task)]
+    if claim is None:
+        errors.append(error("data.claim", f"unknown claim {data.claim!r} in run {run.key!r}"))
     if agent_text and not context.imported:
-        raise Invalid(
-            [
-                error(
-                    "data.evidence.source",
-                    "another agent's text is not evidence: cite a query, a file, a test run or an HTTP exchange",
-                )
-            ]
+        errors.append(
+            error(
+                "data.evidence.source",
+                "another agent's text is not evidence: cite a query, a file, a test run or an HTTP exchange",
+            )
         )
+    if errors:
+        raise Invalid(errors)
+    assert task is not None and claim is not None
     checker = f"agent:{context.actor.name}"
     row = evidence_row(claim, data.evidence, role="check", by=checker, at=context.at)
     row.verdict = data.verdict  # the checker's verdict; the verifier's judgement goes in the reason

@@ -242,6 +242,136 @@ def test_a_nul_byte_anywhere_is_named(planner, coder):
     assert errors == {"data.tasks.0.title": "contains a NUL byte"}
 
 
+def test_nul_bytes_and_schema_errors_are_named_together(planner, coder):
+    response = start(planner, title="a\x00", tasks=[task("a", weight="x")])
+    errors = errors_of(response)
+    assert errors == {
+        "data.title": "contains a NUL byte",
+        "data.tasks.0.weight": "Input should be a valid integer",
+    }
+
+
+def test_schema_and_reference_errors_are_named_together(planner, coder):
+    response = start(planner, title=5, tasks=[task("a", agent="nobody", prerequisites=["ghost"])])
+    assert set(errors_of(response)) == {
+        "data.title",
+        "data.tasks.0.agent",
+        "data.tasks.0.prerequisites.0",
+    }
+    assert not Run.objects.exists()
+
+
+def test_references_are_checked_on_the_tasks_that_parsed(planner, coder):
+    tasks = [
+        task("a", weight="x"),  # does not parse, but its key is still a known prerequisite
+        task("b", prerequisites=["a", "ghost"]),
+        task("c", agent="nobody"),
+    ]
+    assert errors_of(start(planner, tasks=tasks)) == {
+        "data.tasks.0.weight": "Input should be a valid integer",
+        "data.tasks.1.prerequisites.1": "unknown prerequisite 'ghost'",
+        "data.tasks.2.agent": "no agent 'nobody' in this fleet",
+    }
+
+
+def test_a_cycle_is_named_with_the_other_reference_errors(planner, coder):
+    tasks = [
+        task("a", prerequisites=["b"]),
+        task("b", prerequisites=["a"]),
+        task("c", agent="nobody"),
+        task("c"),
+        task("d", prerequisites=["ghost"]),
+    ]
+    errors = errors_of(start(planner, tasks=tasks))
+    assert errors == {
+        "data.tasks.2.agent": "no agent 'nobody' in this fleet",
+        "data.tasks.3.key": "duplicate task key 'c' (also at data.tasks.2)",
+        "data.tasks.4.prerequisites.0": "unknown prerequisite 'ghost'",
+        "data.tasks.0.prerequisites": "cycle: a -> b -> a",
+    }
+
+
+def test_a_cycle_through_a_task_that_did_not_parse_is_not_guessed(planner, coder):
+    tasks = [task("a", prerequisites=["b"]), task("b", prerequisites=["a"], weight="x")]
+    assert errors_of(start(planner, tasks=tasks)) == {
+        "data.tasks.1.weight": "Input should be a valid integer"
+    }
+
+
+def test_an_added_task_with_a_bad_field_names_the_unknown_run_too(planner, coder):
+    response = planner.post("tasks.added", {"run": "nope", "tasks": [task("c", weight=-1)]})
+    assert set(errors_of(response)) == {"data.run", "data.tasks.0.weight"}
+
+
+def test_added_tasks_are_checked_against_the_runs_graph_beside_schema_errors(planner, coder):
+    start(planner)
+    tasks = [task("a"), task("c", prerequisites=["b", "ghost"], effect="loud")]
+    errors = errors_of(planner.post("tasks.added", {"run": "r1", "tasks": tasks}))
+    assert errors == {
+        "data.tasks.0.key": "task 'a' already exists in the run",
+        "data.tasks.1.effect": "Input should be 'none', 'reversible' or 'external'",
+    }
+    tasks = [task("a", weight="x"), task("c", prerequisites=["b", "ghost"])]
+    errors = errors_of(planner.post("tasks.added", {"run": "r1", "tasks": tasks}))
+    assert errors == {
+        "data.tasks.0.weight": "Input should be a valid integer",
+        "data.tasks.0.key": "task 'a' already exists in the run",
+        "data.tasks.1.prerequisites.1": "unknown prerequisite 'ghost'",
+    }
+
+
+def test_an_unknown_task_is_named_beside_a_schema_error(planner, coder):
+    start(planner)
+    response = coder.post("task.started", {"run": "r1", "task": "zzz", "attempt": {}})
+    assert errors_of(response) == {
+        "data.attempt.prompt_hash": "Field required",
+        "data.attempt.context_hash": "Field required",
+        "data.task": "unknown task 'zzz' in run 'r1'",
+    }
+
+
+def test_a_missing_failure_is_named_beside_a_schema_error(planner, coder):
+    start(planner)
+    response = coder.post(
+        "task.finished", {"run": "r1", "task": "a", "outcome": "failed", "resumable": "yes"}
+    )
+    assert set(errors_of(response)) == {"data.failure", "data.resumable"}
+
+
+def test_an_unknown_task_and_an_unknown_claim_are_named_together(planner, coder):
+    start(planner)
+    evidence = {"kind": "test_run", "source": "agent:planner", "payload_hash": "sha256:" + "0" * 64}
+    response = coder.post(
+        "claim.checked",
+        {"run": "r1", "task": "zzz", "claim": "ghost", "verdict": "verified", "evidence": evidence},
+    )
+    assert set(errors_of(response)) == {"data.task", "data.claim", "data.evidence.source"}
+    response = coder.post(
+        "claim.checked",
+        {"run": "r1", "task": "zzz", "claim": "ghost", "verdict": "maybe", "evidence": evidence},
+    )
+    assert set(errors_of(response)) == {"data.task", "data.claim", "data.verdict"}
+
+
+def test_an_unknown_task_is_named_beside_the_packets_errors(planner, coder):
+    start(planner)
+    packet = {"task": "zzz", "tried": [], "evidence": []}
+    errors = errors_of(
+        coder.post("packet.submitted", {"run": "r1", "task": "zzz", "packet": packet})
+    )
+    assert {
+        "data.task",
+        "data.packet.tried",
+        "data.packet.evidence",
+        "data.packet.ruled_out",
+        "data.packet.smallest_unblocking_question",
+    } == set(errors)
+    errors = errors_of(
+        coder.post("packet.submitted", {"run": "r1", "task": "zzz", "packet": packet, "x": 1})
+    )
+    assert {"data.x", "data.task", "data.packet.tried"} <= set(errors)
+
+
 def test_an_unknown_task_is_named(planner, coder):
     start(planner)
     response = coder.post(
