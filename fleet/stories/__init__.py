@@ -7,10 +7,12 @@ acceptance tests play the same streams, so what they show is what the app comput
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 from fleet import intake, signing
 from fleet.models import Agent, Fleet, SigningKey
@@ -89,14 +91,21 @@ def play(
 ) -> list[intake.Reply]:
     """Post the story's steps in order (all, or the given indexes); each must get its status.
 
-    `start` moves the story's clock (its events' own times) from `story.start`, e.g. to `recent`.
+    `start` moves the story's events from `story.start` (e.g. to `recent`) and runs the server's
+    clock with them: what Bulkhead does in response to a step (checks, decisions, escalations,
+    blockers) is stamped at that step's time, as if the story were happening live, instead of
+    all at the moment it is loaded. Without it, the server keeps its own clock (the tests).
     """
     replies = []
     chosen = set(steps) if steps is not None else None
     for index, step in enumerate(story.steps):
         if chosen is not None and index not in chosen:
             continue
-        reply = post(fleet, story, index, step, transport, start)
+        if start is None:
+            reply = post(fleet, story, index, step, transport)
+        else:
+            with story_clock(start + timedelta(minutes=step.minute)):
+                reply = post(fleet, story, index, step, transport, start)
         if reply.status != step.expect:
             raise StoryError(
                 f"{story.name} step {index} ({step.type} by {step.agent}): "
@@ -104,6 +113,13 @@ def play(
             )
         replies.append(reply)
     return replies
+
+
+@contextmanager
+def story_clock(at: datetime) -> Iterator[None]:
+    """Django's clock reads `at` (for the demo, which plays a story that took minutes at once)."""
+    with mock.patch("django.utils.timezone.now", return_value=at):
+        yield
 
 
 def recent(story: Story, now: datetime) -> datetime:

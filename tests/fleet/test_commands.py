@@ -129,6 +129,13 @@ def test_the_demos_live_stories_happened_just_now(settings, tmp_path):
     radius = selectors.radii_for(replay)
     assert radius["plan.tier-source"]["minutes"] == 2.0
     assert radius["plan.tier-table"]["minutes"] < 10
+    # What Bulkhead did in response is stamped in story order: the reframe came before the
+    # planner's second attempt, which it caused.
+    from runs.models import Attempt, Decision
+
+    reframe = Decision.objects.get(task__run=replay, action="reframe")
+    second = Attempt.objects.get(task__run=replay, task__key="plan", number=2)
+    assert reframe.created_at < second.started_at
     hung = Run.objects.get(key="implement-issue-302")
     assert hung.finished_at - hung.started_at < timedelta(minutes=60)
     # The past run keeps its own dates.
