@@ -317,6 +317,15 @@ def test_polling_keeps_the_reviewers_place_when_escalations_come_and_go(
     assert response.content.decode().lstrip().startswith('<div id="queue"')  # the partial only
 
 
+def test_the_queue_reads_the_persons_memberships_once(desk, alice, fleet):
+    carol = member("carol", fleet, role="manager")
+    for person, manages in ((alice, False), (carol, True)):
+        with CaptureQueriesContext(connection) as seen:
+            page = signed_in(person).get("/escalations/").content.decode()
+        assert ('href="/reports/"' in page) is manages
+        assert len([q for q in seen if "fleet_membership" in q["sql"]]) == 1
+
+
 def test_the_count_says_how_many_wait(desk, alice):
     desk.escalate()
     assert "1 escalation waiting" in signed_in(alice).get("/escalations/").content.decode()
