@@ -1,5 +1,6 @@
 """The webhook's event envelope and the `data` of each event type (DESIGN section 3)."""
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -203,24 +204,43 @@ def pydantic_errors(exc: ValidationError, prefix: str) -> list[dict[str, str]]:
     return errors
 
 
-def nul_bytes(value: object, loc: str = "") -> list[dict[str, str]]:
-    """Every string (key or value) carrying a NUL byte, by location."""
+def unstorable(value: object, loc: str = "") -> list[dict[str, str]]:
+    """Every string (key or value) the database cannot store: a NUL byte, an unpaired surrogate."""
     found: list[dict[str, str]] = []
     stack: list[tuple[object, str]] = [(value, loc)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                found.append(error(where or "body", "contains a NUL byte"))
+            problem = _unstorable(item)
+            if problem:
+                found.append(error(where or "body", problem))
         elif isinstance(item, dict):
             for key, child in item.items():
-                child_loc = f"{where}.{key}" if where else str(key)
-                if "\x00" in key:
-                    found.append(error(child_loc, "field name contains a NUL byte"))
+                child_loc = f"{where}.{_printable(key)}" if where else _printable(key)
+                problem = _unstorable(key)
+                if problem:
+                    found.append(error(child_loc, "field name " + problem))
                 stack.append((child, child_loc))
         elif isinstance(item, list):
             stack.extend((child, f"{where}.{i}") for i, child in enumerate(item))
     return sorted(found, key=lambda e: e["loc"])
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED = re.compile("[\x00\ud800-\udfff]")
+
+
+def _unstorable(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL byte"
+    if _SURROGATE.search(text):
+        return "contains an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode"
+    return None
+
+
+def _printable(text: str) -> str:
+    """A field name safe to echo back in a location: NUL and lone surrogates as escapes."""
+    return _ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def parse(body: object) -> tuple[Envelope, Strict]:
@@ -229,7 +249,8 @@ def parse(body: object) -> tuple[Envelope, Strict]:
     NUL bytes, the schema and the rules across fields are checked together; when any fails, the
     Invalid carries what did parse (`partial`) so that the intake can name reference errors too.
     """
-    errors = nul_bytes(body)
+    errors = unstorable(body)
+    bad = {e["loc"] for e in errors}  # pydantic would name the same strings again
     if not isinstance(body, dict):
         raise Invalid(
             [*errors, error("body", "must be a JSON object with type, timestamp and data")]
@@ -238,7 +259,7 @@ def parse(body: object) -> tuple[Envelope, Strict]:
     try:
         envelope = Envelope.model_validate(body)
     except ValidationError as exc:
-        errors += pydantic_errors(exc, "")
+        errors += [e for e in pydantic_errors(exc, "") if e["loc"] not in bad]
     kind, raw = body.get("type"), body.get("data")
     if not isinstance(kind, str) or kind not in DATA_MODELS or not isinstance(raw, dict):
         raise Invalid(errors)  # the envelope's errors name what is missing
@@ -246,7 +267,7 @@ def parse(body: object) -> tuple[Envelope, Strict]:
     try:
         data = DATA_MODELS[kind].model_validate(raw)
     except ValidationError as exc:
-        errors += pydantic_errors(exc, "data")
+        errors += [e for e in pydantic_errors(exc, "data") if e["loc"] not in bad]
     errors += rule_errors(kind, raw)
     if errors or envelope is None or data is None:
         raise Invalid(errors, partial=partial_of(kind, raw, data, errors))
@@ -270,6 +291,8 @@ def partial_of(
         return not any(e["loc"] == loc or e["loc"].startswith(loc + ".") for e in errors)
 
     fields = {name: value for name, value in raw.items() if isinstance(name, str) and valid(name)}
+    if kind == "packet.submitted" and isinstance(raw.get("packet"), dict):
+        fields["packet"] = raw["packet"]  # its validator names every bad field of its own
     tasks: tuple[TaskEntry, ...] = ()
     if isinstance(data, RunStarted | TasksAdded):
         tasks = tuple((i, spec, spec.key) for i, spec in enumerate(data.tasks))

@@ -183,7 +183,9 @@ def apply(
             return replay(previous, digest)
         errors = exc.errors
         if exc.partial is not None:
-            errors = errors + reference_errors(agent, exc.partial)
+            named = {e["loc"] for e in errors}
+            more = reference_errors(agent, exc.partial)
+            errors = errors + [e for e in more if e["loc"] not in named]
         return Reply(exc.status, {"errors": errors})
     for _ in range(2):
         try:

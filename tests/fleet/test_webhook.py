@@ -372,6 +372,38 @@ def test_an_unknown_task_is_named_beside_the_packets_errors(planner, coder):
     assert {"data.x", "data.task", "data.packet.tried"} <= set(errors)
 
 
+def test_an_unpaired_surrogate_anywhere_is_named_not_a_500(planner, coder):
+    start(planner)
+    evidence = {
+        "kind": "test_run",
+        "source": "pytest",
+        "payload_hash": "sha256:" + "0" * 64,
+        "payload": {"x": "\ud800", "y\udc00": 1},
+    }
+    claim = {"key": "c", "statement": "s", "evidence": evidence}
+    body = coder.body("claim.posted", {"run": "r1", "task": "a", "claim": claim})
+    assert b"\\ud800" in body  # json.dumps escapes it; the intake decodes it back
+    errors = errors_of(coder.post_raw(body, coder.headers(body)))
+    unpaired = "contains an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode"
+    assert errors == {
+        "data.claim.evidence.payload.x": unpaired,
+        "data.claim.evidence.payload.y\\udc00": "field name " + unpaired,
+    }
+    assert not Event.objects.filter(type="claim.posted").exists()
+
+
+def test_a_nul_byte_in_a_packet_is_named_with_the_packets_other_errors(planner, coder):
+    start(planner)
+    packet = {"task": "a", "tried": ["x\x00"], "evidence": []}
+    errors = errors_of(coder.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet}))
+    assert errors["data.packet.tried.0"] == "contains a NUL byte"
+    assert {
+        "data.packet.evidence",
+        "data.packet.ruled_out",
+        "data.packet.smallest_unblocking_question",
+    } <= set(errors)
+
+
 def test_an_unknown_task_is_named(planner, coder):
     start(planner)
     response = coder.post(
