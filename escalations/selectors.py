@@ -554,11 +554,15 @@ def history_of(escalation: Escalation) -> list[dict[str, Any]]:
                 "detail": p.smallest_unblocking_question,
             }
         )
-    for e in Escalation.objects.filter(task=task).select_related("claimed_by").order_by("id"):
+    for e in (
+        Escalation.objects.filter(task=task).select_related("claimed_by", "answer").order_by("id")
+    ):
         items.append({"at": e.opened_at, "what": f"escalation {e.pk} opened", "detail": e.reason})
         if e.status not in Escalation.OPEN_STATES and e.acted_at:
             who = e.claimed_by.get_username() if e.claimed_by else "someone"
-            detail = e.returned_reason if e.status == Escalation.Status.RETURNED else ""
+            answer = getattr(e, "answer", None)
+            # How it ended: the answer, or the note a return, reroute or abort left.
+            detail = answer.text if answer else e.returned_reason.replace("\n", "; ")
             items.append(
                 {
                     "at": e.acted_at,

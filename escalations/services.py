@@ -18,7 +18,7 @@ from runs.claims import supersede_refuted
 from runs.context import next_attempt
 from runs.evidence import HUMAN_ANSWER, payload_hash
 from runs.models import Attempt, Blocker, Claim, Decision, Evidence, ProgressLine, Run, Task
-from runs.services import run_for, task_for
+from runs.services import refuse_unless_own, run_for, task_for
 
 
 def checked_packet(packet: object, task: object) -> tuple[Packet | None, list[dict[str, str]]]:
@@ -42,6 +42,7 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
         task = task_for(run, data.task)
     except Invalid as exc:
         raise Invalid(exc.errors + packet_errors(data.packet, data.task), exc.status) from None
+    refuse_unless_own(context, task)
     checked, errors = checked_packet(data.packet, task.key)
     if checked is None:
         raise Invalid(errors)
@@ -448,6 +449,10 @@ def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, not
     task.finished_at = None
     task.save(update_fields=["agent", "state", "ready", "finished_at"])
     clear_escalation_blockers(run, escalation, now)
+    # How it ended, as the desk says it (see outcome_of): the headline, then the reviewer's note.
+    escalation.returned_reason = (
+        f"Rerouted to {target.name} by {reviewer.get_username()}\n{note[:NOTE_MAX_CHARS]}"
+    )
     close(escalation, reviewer, Escalation.Status.CLOSED, now)
     notify(
         run.fleet,
@@ -551,11 +556,29 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
     Task.objects.filter(run=run, key__in=[task.key, *cancelled]).update(
         state=Task.State.CANCELLED, ready=False, finished_at=now
     )
-    close(escalation, reviewer, Escalation.Status.CLOSED, now)
-    # The run is over: nothing else of it waits for a person.
-    Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).update(
-        status=Escalation.Status.CLOSED, closed_at=now, acted_at=now, claimed_by=reviewer
+    user = reviewer.get_username()
+    # The run is over: nothing else of it waits for a person. Each says why it was closed.
+    others = Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).exclude(
+        pk=escalation.pk
     )
+    closed = [f"escalation {pk} ({key})" for pk, key in others.values_list("pk", "task__key")]
+    others.update(
+        status=Escalation.Status.CLOSED,
+        closed_at=now,
+        acted_at=now,
+        claimed_by=reviewer,
+        claim_expires_at=None,
+        returned_reason=f"Closed: run {run.key} failed when {user} aborted {task.key}",
+    )
+    run_fails = "the run failed" if run.state == Run.State.RUNNING else f"the run had {run.state}"
+    escalation.returned_reason = "\n".join(
+        [
+            f"Aborted by {user}: {reason}; {run_fails}",
+            f"Cancelled: {', '.join([task.key, *cancelled])}",
+            *([f"Closed with it: {', '.join(closed)}"] if closed else []),
+        ]
+    )
+    close(escalation, reviewer, Escalation.Status.CLOSED, now)
     Blocker.objects.filter(
         task__run=run, task__key__in=[task.key, *cancelled], cleared_at__isnull=True
     ).update(cleared_at=now)
@@ -621,3 +644,17 @@ def claim_recheck(*, claim: Claim, reviewer: Any) -> Claim:
         claim.save(update_fields=["verification_pending", "status_reason"])
         scheduler.verify_after_commit(claim)
     return claim
+
+
+def outcome_of(escalation: Escalation) -> tuple[str, list[str]]:
+    """How a handled escalation ended, as the desk says it: a headline and its details.
+
+    A reroute or an abort (and the abort that failed the run, for the run's other escalations)
+    wrote its own account, first line the headline, in `returned_reason`: the escalation's note
+    on how it ended. Otherwise: who acted, and when.
+    """
+    note = escalation.returned_reason if escalation.status == Escalation.Status.CLOSED else ""
+    if note:
+        title, *details = note.split("\n")
+        return title, details
+    return acted_message(escalation), []

@@ -198,7 +198,7 @@ def claim_response(
         row = selectors.queue_row(escalation.pk, now=timezone.now())
         context = {
             "row": row,
-            "error": error.message if error else "",
+            "error": told(error) if error else "",
             "here": back_to(request, ""),
         }
         return render(
@@ -211,7 +211,7 @@ def claim_response(
         return render(
             request,
             "escalations/refused.html",
-            {"message": error.message, "escalation": escalation},
+            {"message": told(error), "escalation": escalation},
             status=error.status,
         )
     return redirect(back_to(request, reverse("queue")))
@@ -241,6 +241,20 @@ def release(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
     return claim_response(request, escalation, None)
 
 
+def told(refused: Refused) -> str:
+    """A refusal as the desk says it: someone who acted first is named with how it ended."""
+    if isinstance(refused, AlreadyActed):
+        return services.outcome_of(refused.escalation)[0]
+    return refused.message
+
+
+def outcome_context(escalation: Escalation) -> dict[str, Any]:
+    if escalation.status in Escalation.OPEN_STATES:
+        return {"acted": "", "acted_details": []}
+    title, details = services.outcome_of(escalation)
+    return {"acted": title, "acted_details": details}
+
+
 def packet_context(request: HtmxHttpRequest, escalation: Escalation) -> dict[str, Any]:
     now = timezone.now()
     return {
@@ -251,9 +265,7 @@ def packet_context(request: HtmxHttpRequest, escalation: Escalation) -> dict[str
         "view": selectors.packet_view(escalation, now=now),
         "claim_active": services.claim_active(escalation, now),
         "mine": escalation.claimed_by_id == request.user.pk,
-        "acted": ""
-        if escalation.status in Escalation.OPEN_STATES
-        else services.acted_message(escalation),
+        **outcome_context(escalation),
         "fields": services.PACKET_FIELDS,
         "poll_seconds": poll_seconds(),
     }
@@ -311,7 +323,7 @@ def back_to_packet(
     if refused is None:
         return redirect(url)
     request.session[flash_key(escalation_id)] = {
-        "error": refused.message,
+        "error": told(refused),
         "form": form or {},
         "action": action,
         "lost": isinstance(refused, AlreadyActed),
@@ -343,7 +355,7 @@ def packet_status_response(
     request: HtmxHttpRequest, escalation: Escalation, error: Refused | None = None
 ) -> HttpResponse:
     context = packet_context(request, escalation)
-    context["error"] = error.message if error else ""
+    context["error"] = told(error) if error else ""
     done = escalation.status not in Escalation.OPEN_STATES
     # 286 stops htmx polling: once someone has acted, nothing more will change here.
     status = 286 if done and request.method == "GET" else (error.status if error else 200)
@@ -374,7 +386,7 @@ def packet_action(
         return packet_page(
             request,
             escalation_for(request, escalation_id),
-            error=refused.message,
+            error=told(refused),
             form=form,
             status=refused.status,
             action=action,

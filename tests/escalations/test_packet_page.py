@@ -230,7 +230,11 @@ def test_a_reviewer_reroutes_the_task_to_another_agent(desk, browser):
     rerouted = Delivery.objects.get(type="task.rerouted")
     assert rerouted.payload["data"]["to"] == "coder"
     page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
-    assert "Closed by alice at" in page
+    assert "<strong>Rerouted to coder by alice.</strong>" in page
+    outcome = page[page.index('class="outcome"') : page.index('id="status"')]
+    assert "Rerouted to coder by alice</h2>" in outcome
+    assert "the planner keeps guessing; the coder can read the schema" in outcome
+    assert "Closed by" not in page
 
 
 @pytest.mark.parametrize(
@@ -334,6 +338,42 @@ def test_aborting_cancels_the_task_and_its_dependants_and_fails_the_run(desk, br
     assert "2 tasks waiting on it cancelled (api-change, discount-resolver)" in decision.reason
     page = browser.get(f"/runs/{run.pk}/").content.decode()
     assert "Failure cause" in page and "the discount was dropped" in page
+
+
+def test_an_abort_says_who_aborted_why_and_what_was_cancelled(desk, browser):
+    desk.run("two", tasks=[{"key": "plan", "agent": "planner"},
+                           {"key": "after", "agent": "coder", "prerequisites": ["plan"]},
+                           {"key": "docs", "agent": "coder"}])  # fmt: skip
+    escalation = desk.escalate(run="two")
+    other = desk.escalate("docs", run="two")
+    response = committed(
+        browser.post,
+        f"/escalations/{escalation.pk}/abort/",
+        {"reason": "the discount was dropped"},
+        HTTP_HX_REQUEST="true",
+    )
+    page = response.content.decode()
+    outcome = page[page.index('class="outcome"') : page.index('id="status"')]
+    assert "Aborted by alice: the discount was dropped; the run failed</h2>" in outcome
+    assert "<p>Cancelled: plan, after</p>" in outcome
+    assert f"<p>Closed with it: escalation {other.pk} (docs)</p>" in outcome
+    assert "Closed by" not in page
+
+    # The run's other escalation says why it was closed, to a reviewer and in its history.
+    theirs = browser.get(f"/escalations/{other.pk}/").content.decode()
+    assert "Closed: run two failed when alice aborted plan</h2>" in theirs
+    assert "Closed by" not in theirs
+    assert (
+        f"escalation {other.pk} closed by alice</strong> — Closed: run two failed when alice "
+        "aborted plan" in section(theirs, "history")
+    )
+    other.refresh_from_db()
+    assert (other.status, other.claimed_by.username) == ("closed", "alice")
+    claiming = browser.post(
+        f"/escalations/{other.pk}/claim/", {"from": "packet"}, HTTP_HX_REQUEST="true"
+    )
+    assert claiming.status_code == 409
+    assert "Closed: run two failed when alice aborted plan" in claiming.content.decode()
 
 
 def test_an_abort_without_a_reason_is_refused(desk, browser):
