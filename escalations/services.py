@@ -658,3 +658,23 @@ def outcome_of(escalation: Escalation) -> tuple[str, list[str]]:
         title, *details = note.split("\n")
         return title, details
     return acted_message(escalation), []
+
+
+def abort_reach(escalation: Escalation) -> dict[str, Any]:
+    """What aborting the escalation's task would do (what `escalation_abort` does): the tasks
+    cancelled, and the run's other open escalations closed when the run fails."""
+    run, task = escalation.run, escalation.task
+    nodes = scheduler.nodes_for(run)
+    waiting = [k for k in downstream(nodes, task.key) if nodes[k].state in frontier.UNFINISHED]
+    cancelled = sorted(
+        Task.objects.filter(run=run, key__in=waiting)
+        .exclude(state=Task.State.RUNNING)
+        .values_list("key", flat=True)
+    )
+    others = (
+        Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES)
+        .exclude(pk=escalation.pk)
+        .order_by("opened_at", "pk")
+        .values_list("task__key", flat=True)
+    )
+    return {"cancelled": [task.key, *cancelled], "others": list(others)}

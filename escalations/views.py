@@ -284,6 +284,8 @@ def packet_page(
 ) -> HttpResponse:
     """The packet page; to htmx, only its article (the region every action swaps)."""
     context = packet_context(request, escalation)
+    if context["can_act"] and escalation.status in Escalation.OPEN_STATES:
+        context["abort"] = services.abort_reach(escalation)
     context.update(
         {
             "error": error,

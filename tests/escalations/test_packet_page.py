@@ -340,6 +340,25 @@ def test_aborting_cancels_the_task_and_its_dependants_and_fails_the_run(desk, br
     assert "Failure cause" in page and "the discount was dropped" in page
 
 
+def test_the_abort_form_says_what_else_the_abort_does(desk, browser):
+    escalation = desk.escalate()
+    page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert (
+        "This fails run tier-discounts: no other escalation in it is open and 3 tasks "
+        "cancelled (plan, api-change, discount-resolver)." in page
+    )
+    desk.run("two", tasks=[{"key": "plan", "agent": "planner"}, {"key": "docs", "agent": "coder"},
+                           {"key": "notes", "agent": "coder"}])  # fmt: skip
+    first = desk.escalate(run="two")
+    desk.escalate("docs", run="two")
+    desk.escalate("notes", run="two")
+    page = browser.get(f"/escalations/{first.pk}/").content.decode()
+    assert (
+        "This fails run two: 2 other open escalations in it will be closed (docs, notes) "
+        "and 1 task cancelled (plan)." in page
+    )
+
+
 def test_an_abort_says_who_aborted_why_and_what_was_cancelled(desk, browser):
     desk.run("two", tasks=[{"key": "plan", "agent": "planner"},
                            {"key": "after", "agent": "coder", "prerequisites": ["plan"]},
