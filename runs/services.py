@@ -83,6 +83,23 @@ def task_for(run: Run, key: str, loc: str = "data.task", *, lock: bool = True) -
     return task
 
 
+def refuse_unless_own(context: Context, task: Task, loc: str = "data.task") -> None:
+    """An agent acts only on its own tasks; an orchestrator acts for another by naming it.
+
+    The task's agent as it is now: a reroute hands the task (and the right to act on it) over.
+    An import records history as it happened: its file, not an agent, names who did what.
+    """
+    if context.imported or task.agent_id == context.actor.pk:
+        return
+    owner, actor = task.agent.name, context.actor.name
+    hint = (
+        f"; to act for {owner}, name it in data.agent"
+        if context.sender.is_orchestrator
+        else f"; only {owner} (or an orchestrator naming {owner} in data.agent) may act on it"
+    )
+    raise Invalid([error(loc, f"task {task.key!r} is {owner}'s, not {actor}'s{hint}")], status=403)
+
+
 def task_errors(
     *, agents: Collection[str], existing: Collection[str], entries: Sequence[TaskEntry]
 ) -> list[dict[str, str]]:
@@ -254,6 +271,7 @@ def record_uses(task: Task, keys: Sequence[str], at: Any) -> None:
 def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
     run = run_for(context, data.run)
     task = task_for(run, data.task)
+    refuse_unless_own(context, task)
     if task.state != Task.State.PENDING:
         raise Invalid(
             [error("data.task", f"task {task.key!r} is {task.state}, not pending")], status=409
@@ -322,6 +340,7 @@ def posted_reason(evidence: EvidenceIn | None, *, imported: bool) -> str:
 def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
     run = run_for(context, data.run)
     task = task_for(run, data.task, lock=False)  # posting a claim does not change the task
+    refuse_unless_own(context, task)
     if Claim.objects.filter(run=run, key=data.claim.key).exists():
         raise Invalid(
             [error("data.claim.key", f"claim {data.claim.key!r} was already posted")], 409
@@ -389,6 +408,8 @@ def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
     """A consumer's verdict: recorded now, accepted only once the verifier confirms its evidence."""
     run = run_for(context, data.run)
     task = find_task(run, data.task)
+    if task is not None:
+        refuse_unless_own(context, task)  # the checking task: the consumer's
     claim = Claim.objects.select_for_update().filter(run=run, key=data.claim).first()
     agent_text = cites_an_agent(data.evidence.source)
     errors = [] if task is not None else [unknown_task(run, data.task)]
@@ -446,6 +467,7 @@ def record_imported_check(
 def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
     run = run_for(context, data.run)
     task = task_for(run, data.task)
+    refuse_unless_own(context, task)
     if task.state != Task.State.RUNNING and not context.imported:
         raise Invalid([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
     attempt = task.attempts.order_by("-number").first()

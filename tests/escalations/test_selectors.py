@@ -84,7 +84,7 @@ def test_it_reads_a_run_in_five_queries_however_big(client, fleet, django_assert
     ]
     seed.planner.post("run.started", {"run": "big", "tasks": tasks})
     claim = {"key": "t0.done", "statement": "t0 is done"}
-    seed.planner.post("claim.posted", {"run": "big", "task": "t0", "claim": claim})
+    seed.coder_a.post("claim.posted", {"run": "big", "task": "t0", "claim": claim})
     big = Run.objects.get(key="big")
     with django_assert_num_queries(5):
         assert radii_for(big)["t0.done"]["agents"] == 0

@@ -4,7 +4,9 @@ import json
 import time
 
 import pytest
+from django.test import TestCase
 
+from escalations.models import Escalation
 from fleet import services
 from fleet.models import Event, SigningKey
 from runs.models import Prerequisite, Run, Task
@@ -416,9 +418,7 @@ def test_an_unknown_task_is_named(planner, coder):
 def test_a_packet_with_a_missing_or_unknown_field_names_each(planner, coder):
     start(planner)
     packet = {"task": "a", "tried": ["x"], "evidence": ["y"], "transcript": "..."}
-    errors = errors_of(
-        planner.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet})
-    )
+    errors = errors_of(coder.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet}))
     assert "data.packet.transcript" in errors
     assert "data.packet.smallest_unblocking_question" in errors
 
@@ -496,6 +496,100 @@ def test_only_an_orchestrator_may_act_as_another_agent(planner, coder):
     )
     assert by_orchestrator.status_code == 202
     assert Task.objects.get(key="a").attempts.get().agent == coder.agent
+
+
+ATTEMPT = {"prompt_hash": "p", "context_hash": "c"}
+EVIDENCE = {"kind": "test_run", "source": "pytest -q", "payload_hash": "sha256:" + "0" * 64}
+
+
+def refused_as(response, msg: str) -> None:
+    assert response.status_code == 403, response.content
+    assert response.json() == {"errors": [{"loc": "data.task", "msg": msg}]}
+
+
+def test_an_agent_may_not_start_or_finish_another_agents_task(client, planner, coder):
+    start(planner)
+    intruder = make_sender(client, planner.agent.fleet, "intruder", role="coding")
+    not_yours = (
+        "task 'a' is coder's, not intruder's; "
+        "only coder (or an orchestrator naming coder in data.agent) may act on it"
+    )
+    response = intruder.post("task.started", {"run": "r1", "task": "a", "attempt": ATTEMPT})
+    refused_as(response, not_yours)
+    assert Task.objects.get(key="a").state == "pending"
+    assert (
+        coder.post("task.started", {"run": "r1", "task": "a", "attempt": ATTEMPT}).status_code
+        == 202
+    )
+    finish = {"run": "r1", "task": "a", "outcome": "succeeded"}
+    refused_as(intruder.post("task.finished", finish), not_yours)
+    assert Task.objects.get(key="a").state == "running"
+    claim = {"key": "a.done", "statement": "a is done", "evidence": EVIDENCE}
+    refused_as(intruder.post("claim.posted", {"run": "r1", "task": "a", "claim": claim}), not_yours)
+    assert coder.post("claim.posted", {"run": "r1", "task": "a", "claim": claim}).status_code == 202
+    packet = {
+        "task": "a",
+        "tried": ["x"],
+        "ruled_out": [],
+        "evidence": [EVIDENCE],
+        "smallest_unblocking_question": "Which?",
+    }
+    submitted = intruder.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet})
+    refused_as(submitted, not_yours)
+    assert not Event.objects.filter(agent=intruder.agent).exists()
+
+
+def test_a_check_is_made_by_the_agent_of_the_checking_task(client, planner, coder):
+    start(planner, tasks=[task("a"), task("b", agent="planner", prerequisites=["a"])])
+    coder.post("task.started", {"run": "r1", "task": "a", "attempt": ATTEMPT})
+    claim = {"key": "a.done", "statement": "a is done", "evidence": EVIDENCE}
+    coder.post("claim.posted", {"run": "r1", "task": "a", "claim": claim})
+    check = {"run": "r1", "claim": "a.done", "verdict": "verified", "evidence": EVIDENCE}
+    refused_as(
+        coder.post("claim.checked", {**check, "task": "b"}),
+        "task 'b' is planner's, not coder's; "
+        "only planner (or an orchestrator naming planner in data.agent) may act on it",
+    )
+    assert planner.post("claim.checked", {**check, "task": "b"}).status_code == 202
+
+
+def test_an_orchestrator_acts_for_another_agent_only_by_naming_it(planner, coder):
+    start(planner)
+    started = {"run": "r1", "task": "a", "attempt": ATTEMPT}
+    refused_as(
+        planner.post("task.started", started),
+        "task 'a' is coder's, not planner's; to act for coder, name it in data.agent",
+    )
+    as_coder = planner.post("task.started", {**started, "agent": "coder"})
+    assert as_coder.status_code == 202
+    other = planner.post(
+        "task.finished", {"run": "r1", "task": "a", "outcome": "succeeded", "agent": "planner"}
+    )
+    assert other.status_code == 403
+
+
+def test_after_a_reroute_the_task_is_its_new_agents(client, planner, coder):
+    from escalations import services as desk
+    from tests.escalations.desk import member, packet
+
+    start(planner)
+    other = make_sender(client, planner.agent.fleet, "coder-2", role="coding")
+    coder.post("task.started", {"run": "r1", "task": "a", "attempt": ATTEMPT})
+    submitted = coder.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet("a")})
+    assert submitted.status_code == 202, submitted.content
+    escalation = Escalation.objects.get(pk=submitted.json()["escalation"])
+    alice = member("alice", planner.agent.fleet)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        desk.escalation_reroute(
+            escalation=escalation, reviewer=alice, agent="coder-2", note="yours"
+        )
+    started = {"run": "r1", "task": "a", "attempt": ATTEMPT}
+    refused_as(
+        coder.post("task.started", started),
+        "task 'a' is coder-2's, not coder's; "
+        "only coder-2 (or an orchestrator naming coder-2 in data.agent) may act on it",
+    )
+    assert other.post("task.started", started).status_code == 202
 
 
 def test_a_task_outside_the_frontier_may_not_start(planner, coder):
