@@ -11,10 +11,10 @@ from escalations.models import Answer, Escalation, FailurePacket
 from escalations.packets import Packet, validate_packet
 from fleet.events import Invalid, PacketSubmitted, error
 from fleet.intake import Context
-from fleet.models import Agent
+from fleet.models import Agent, Membership
 from fleet.outbox import notify
 from runs import frontier, policy, scheduler
-from runs.claims import supersede_refuted
+from runs.claims import VERDICTS, check_by_hand, supersede_refuted
 from runs.context import next_attempt
 from runs.evidence import HUMAN_ANSWER, payload_hash
 from runs.models import Attempt, Blocker, Claim, Decision, Evidence, ProgressLine, Run, Task
@@ -50,6 +50,20 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
         raise Invalid(
             [error("data.task", f"task {task.key!r} is {task.state}; nothing to escalate")], 409
         )
+    escalation, action = escalation_for_packet(task)
+    if (
+        escalation is not None
+        and escalation.packet is not None
+        and escalation.packet.content == data.packet
+        and action == "replaced"
+    ):
+        # The agent sent the same packet again (a retry): nothing changes.
+        return {
+            "run": run.key,
+            "task": task.key,
+            "escalation": escalation.pk,
+            "packet": "unchanged",
+        }
     packet = FailurePacket.objects.create(
         task=task,
         agent=context.actor,
@@ -57,14 +71,6 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
         smallest_unblocking_question=checked.smallest_unblocking_question,
         submitted_at=context.at,
     )
-    escalation = (
-        Escalation.objects.select_for_update()
-        .filter(task=task, status__in=Escalation.OPEN_STATES, packet__isnull=True)
-        .order_by("opened_at")
-        .first()
-    )
-    attempts = Attempt.objects.filter(task=task).count()
-    opened = escalation is None
     if escalation is None:
         escalation = Escalation.objects.create(
             fleet_id=run.fleet_id,
@@ -72,16 +78,26 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
             task=task,
             packet=packet,
             reason="the agent stopped and handed over a failure packet",
-            attempt_number=attempts,
+            attempt_number=Attempt.objects.filter(task=task).count(),
             opened_at=context.at,
         )
-    else:
+    elif action == "reopened":
+        # The reviewer asked for a better packet: this is it. The same escalation is open again
+        # (its earlier packets and the return's note stay in the task's history).
+        escalation.status = Escalation.Status.OPEN
+        escalation.claimed_by = None
+        escalation.claim_expires_at = None
+        escalation.acted_at = None
+        escalation.packet_opened_at = None
         escalation.packet = packet
+        escalation.save()
+    else:
+        escalation.packet = packet  # the packet it had (if any) stays in the task's history
         escalation.save(update_fields=["packet"])
     task.state = Task.State.ESCALATED
     task.ready = False
     task.save(update_fields=["state", "ready"])
-    if opened:
+    if action in ("opened", "reopened"):
         notify(
             context.sender.fleet,
             "escalation.opened",
@@ -90,10 +106,30 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
                 "run": run.key,
                 "task": task.key,
                 "question": checked.smallest_unblocking_question,
+                "reopened": action == "reopened",
             },
         )
     scheduler.mark_changed(run, [task.key])
-    return {"run": run.key, "task": task.key, "escalation": escalation.pk}
+    return {"run": run.key, "task": task.key, "escalation": escalation.pk, "packet": action}
+
+
+def escalation_for_packet(task: Task) -> tuple[Escalation | None, str]:
+    """The escalation a packet for `task` goes to, and what the packet does to it.
+
+    A task has at most one waiting escalation: a packet fills (after the retry policy escalated)
+    or replaces the packet of the open or claimed one, reopens the one a reviewer returned for a
+    better packet, and opens a new one only when the task has neither.
+    """
+    escalations = Escalation.objects.select_for_update(of=("self",)).select_related("packet")
+    waiting = (
+        escalations.filter(task=task, status__in=Escalation.OPEN_STATES).order_by("id").first()
+    )
+    if waiting is not None:
+        return waiting, "replaced" if waiting.packet_id else "filled"
+    latest = escalations.filter(task=task).order_by("-id").first()
+    if latest is not None and latest.status == Escalation.Status.RETURNED:
+        return latest, "reopened"
+    return None, "opened"
 
 
 # The reviewer's actions (DESIGN 7): claim, answer, reroute, return, abort; and a re-check.
@@ -678,3 +714,39 @@ def abort_reach(escalation: Escalation) -> dict[str, Any]:
         .values_list("task__key", flat=True)
     )
     return {"cancelled": [task.key, *cancelled], "others": list(others)}
+
+
+def claim_check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Claim:
+    """A reviewer verifies or refutes a claim by hand (DESIGN 4): `human_answer` evidence from
+    `reviewer:<user>` with the note, the refutation handed to the retry policy, and the frontier
+    recomputed after commit (`runs.claims.check_by_hand`)."""
+    note = note.strip()
+    run = claim.run
+    refuse_unless_reviewer(reviewer, run.fleet_id, run.fleet.name)
+    if verdict not in VERDICTS:
+        raise Refused("Choose a verdict: verified or refuted.", status=422)
+    if not note:
+        raise Refused(
+            f"Say what you checked to find {claim.key} {verdict}: the note is its evidence.",
+            status=422,
+        )
+    if len(note) > NOTE_MAX_CHARS:
+        raise Refused(
+            f"The note is {len(note):,} characters; keep it under {NOTE_MAX_CHARS:,}.",
+            status=422,
+        )
+    refuse_unless_running(run, "a verdict now would change nothing.")
+    if claim.status == verdict:
+        raise Refused(f"{claim.key} is already {verdict} ({claim.status_reason}).")
+    return check_by_hand(claim=claim, reviewer=reviewer, verdict=verdict, note=note)
+
+
+def refuse_unless_reviewer(user: Any, fleet_id: int, fleet: str) -> None:
+    if not Membership.objects.filter(
+        user_id=user.pk or 0, fleet_id=fleet_id, role=Membership.Role.REVIEWER
+    ).exists():
+        raise Refused(
+            f"Only a reviewer of fleet {fleet} can act on its escalations, claims and tasks: "
+            "as its manager you can read them.",
+            status=403,
+        )

@@ -30,4 +30,9 @@ urlpatterns = [
         views.recheck,
         name="recheck",
     ),
+    path(
+        "escalations/<int:escalation_id>/claims/<int:claim_id>/check/",
+        views.check_by_hand,
+        name="check-by-hand",
+    ),
 ]

@@ -315,6 +315,7 @@ def back_to_packet(
     refused: Refused | None = None,
     form: dict[str, str] | None = None,
     action: str = "answer",
+    anchor: str = "",
 ) -> HttpResponse:
     """Redirect-after-post to the packet page, for a browser without htmx.
 
@@ -330,7 +331,7 @@ def back_to_packet(
         "action": action,
         "lost": isinstance(refused, AlreadyActed),
     }
-    return redirect(f"{url}#{ANCHORS.get(action, 'packet')}")
+    return redirect(f"{url}#{anchor or ANCHORS.get(action, 'packet')}")
 
 
 @login_required
@@ -371,12 +372,19 @@ def packet_status(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
 
 
 def packet_action(
-    request: HtmxHttpRequest, escalation_id: int, action: str, call: Any
+    request: HtmxHttpRequest,
+    escalation_id: int,
+    action: str,
+    call: Any,
+    *,
+    anchor: str = "",
+    about: dict[str, str] | None = None,
 ) -> HttpResponse:
     """Answer, reroute, return or abort, then show the new state: the whole packet to htmx (the
     status, what was released, the history and the actions all change), a redirect otherwise."""
     escalation = escalation_for(request, escalation_id)
     form = {k: str(v) for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}
+    form.update(about or {})  # which row the form was on, for a refusal to be shown there
     try:
         refuse_unless_reviewer(request, escalation)
         done = call(escalation)
@@ -384,7 +392,9 @@ def packet_action(
         if refused.status == 403 and not request.htmx:
             return forbidden(request, escalation, refused)
         if not request.htmx:
-            return back_to_packet(request, escalation_id, refused=refused, form=form, action=action)
+            return back_to_packet(
+                request, escalation_id, refused=refused, form=form, action=action, anchor=anchor
+            )
         return packet_page(
             request,
             escalation_for(request, escalation_id),
@@ -479,7 +489,9 @@ def abort(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
 
 def claim_of(escalation: Escalation, claim_id: int) -> Claim:
     """A claim shown on this packet: one of its task's run (404 for any other)."""
-    return get_object_or_404(Claim.objects.select_related("task"), pk=claim_id, run=escalation.run)
+    return get_object_or_404(
+        Claim.objects.select_related("task", "run", "run__fleet"), pk=claim_id, run=escalation.run
+    )
 
 
 def claim_row_response(
@@ -490,6 +502,7 @@ def claim_row_response(
     row = selectors.claim_view(claim, radii.get(claim.key))
     context = {
         "escalation": escalation,
+        "run": escalation.run,
         "claim": row,
         "can_act": selectors.reviews(request.user, escalation.fleet_id),
         "claim_error": error.message if error else "",
@@ -525,6 +538,26 @@ def recheck(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -> Http
     if error is not None and error.status == 403:
         return forbidden(request, escalation, error)
     return back_to_packet(request, escalation_id, refused=error, action="recheck")
+
+
+@login_required
+@require_POST
+def check_by_hand(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -> HttpResponse:
+    """Verify or refute one of the packet's claims by hand; the whole packet shows the effect."""
+    claim = claim_of(escalation_for(request, escalation_id), claim_id)
+    return packet_action(
+        request,
+        escalation_id,
+        "check",
+        lambda e: services.claim_check_by_hand(
+            claim=claim,
+            reviewer=request.user,
+            verdict=request.POST.get("verdict", ""),
+            note=request.POST.get("note", ""),
+        ),
+        anchor=f"claim-{claim.pk}",
+        about={"claim": str(claim.pk)},
+    )
 
 
 WINDOWS = {"7": 7, "30": 30, "90": 90, "all": None}

@@ -6,14 +6,16 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
 from escalations.models import Escalation
-from escalations.selectors import member_fleet_ids
+from escalations.selectors import member_fleet_ids, reviews
+from escalations.services import Refused, claim_check_by_hand
 from fleet.models import Delivery
 from runs import selectors
-from runs.models import Task
+from runs.models import Claim, Run, Task
 
 RUNS_PER_PAGE = 50
 GRAPH_LIMIT = 500  # beyond this many tasks a drawing stops helping; the table still lists all
@@ -80,8 +82,26 @@ def graph_of(tasks: list[dict[str, Any]]) -> dict[str, Any]:
 @login_required
 @require_GET
 def run(request: HttpRequest, run_id: int) -> HttpResponse:
-    found = get_object_or_404(selectors.runs_visible(member_fleet_ids(request.user)), pk=run_id)
+    found = run_for(request, run_id)
+    refused = request.session.pop(flash_key(run_id), None)
+    return run_page(request, found, refused=refused if isinstance(refused, dict) else None)
+
+
+def run_for(request: HttpRequest, run_id: int) -> Run:
+    """The run if it belongs to one of the person's fleets; 404 otherwise."""
+    return get_object_or_404(selectors.runs_visible(member_fleet_ids(request.user)), pk=run_id)
+
+
+def run_page(
+    request: HttpRequest, found: Run, *, refused: dict[str, Any] | None = None
+) -> HttpResponse:
     detail = selectors.run_detail(found)
+    can_act = reviews(request.user, found.fleet_id)
+    # The rows' ids, for the reviewer's actions on them (a claim's verdict, a task's release).
+    claim_ids = dict(Claim.objects.filter(run=found).values_list("key", "pk"))
+    for claim in detail["claims"]:
+        claim["id"] = claim_ids.get(claim["key"])
+        claim["anchor"] = f"claim-{claim['id']}"
     states = dict(
         Task.objects.filter(run=found).values_list("state").annotate(n=Count("id")).order_by()
     )
@@ -107,5 +127,56 @@ def run(request: HttpRequest, run_id: int) -> HttpResponse:
             "checkpoint_limit": selectors.CHECKPOINT_ROWS,
             "escalations": escalations,
             "open_states": Escalation.OPEN_STATES,
+            "can_act": can_act,
+            # A refusal is shown at its row's form; when there is none (the run has finished),
+            # at the top of the page.
+            "refused": {**(refused or {}), "inline": can_act and found.state == Run.State.RUNNING},
         },
     )
+
+
+def flash_key(run_id: int) -> str:
+    return f"run-refused-{run_id}"
+
+
+def back_to_run(
+    request: HttpRequest, found: Run, anchor: str, refused: Refused | None = None
+) -> HttpResponse:
+    """Redirect-after-post to the run page; a refusal is shown there once, at its row, with the
+    draft kept. A manager is told why on the 403 page."""
+    url = reverse("run", args=[found.pk])
+    if refused is not None and refused.status == 403:
+        return render(
+            request,
+            "403.html",
+            {"message": refused.message, "back": url, "back_label": "Back to the run"},
+            status=403,
+        )
+    if refused is not None:
+        form = {k: str(v) for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}
+        request.session[flash_key(found.pk)] = {
+            "error": refused.message,
+            "form": form,
+            "at": anchor,
+        }
+    return redirect(f"{url}#{anchor}")
+
+
+@login_required
+@require_POST
+def claim_check(request: HttpRequest, run_id: int, claim_id: int) -> HttpResponse:
+    """A reviewer verifies or refutes one of the run's claims by hand."""
+    found = run_for(request, run_id)
+    claim = get_object_or_404(
+        Claim.objects.select_related("run", "run__fleet"), pk=claim_id, run=found
+    )
+    try:
+        claim_check_by_hand(
+            claim=claim,
+            reviewer=request.user,
+            verdict=request.POST.get("verdict", ""),
+            note=request.POST.get("note", ""),
+        )
+    except Refused as refused:
+        return back_to_run(request, found, f"claim-{claim.pk}", refused)
+    return back_to_run(request, found, f"claim-{claim.pk}")
