@@ -13,11 +13,11 @@ from tests.conftest import eventually, task
 
 
 def backends() -> set[tuple[int, datetime]]:
-    """The other sessions on the test database, each as (pid, when it connected)."""
+    """The other clients' sessions on the test database, each as (pid, when it connected)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid, backend_start FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT pid, backend_start FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
         )
         return set(cursor.fetchall())
 
