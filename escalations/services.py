@@ -750,3 +750,40 @@ def refuse_unless_reviewer(user: Any, fleet_id: int, fleet: str) -> None:
             "as its manager you can read them.",
             status=403,
         )
+
+
+STOP = "barrier:uncertain-dependency"
+
+
+@transaction.atomic
+def task_release_stop(*, task: Task, reviewer: Any) -> Task:
+    """Release a task's uncertain-dependency stop (DESIGN 5, rule 4): a reviewer lets its external
+    effect go ahead although its dependencies are uncertain. Who and when are kept as a progress
+    line of the run; the frontier is recomputed after commit, which clears the blocker."""
+    run = Run.objects.select_for_update(of=("self",)).select_related("fleet").get(pk=task.run_id)
+    refuse_unless_reviewer(reviewer, run.fleet_id, run.fleet.name)
+    task = Task.objects.select_for_update(of=("self",)).get(pk=task.pk)
+    refuse_unless_running(run, "there is nothing to release.")
+    if task.released:
+        raise Refused(f"{task.key}'s uncertain-dependency stop was released already.")
+    if (
+        task.effect != Task.Effect.EXTERNAL
+        or task.dependency_confidence != Task.Confidence.UNCERTAIN
+    ):
+        raise Refused(f"{task.key} has no uncertain-dependency stop to release.")
+    if task.state != Task.State.PENDING:
+        raise Refused(f"{task.key} is {task.state}: only a pending task waits at a stop.")
+    now = timezone.now()
+    task.released = True
+    task.save(update_fields=["released"])
+    ProgressLine.objects.create(
+        run=run,
+        task=task,
+        text=(
+            f"{task.key}: {reviewer.get_username()} released its uncertain-dependency stop; "
+            "its external effect may go ahead"
+        ),
+        created_at=now,
+    )
+    scheduler.mark_changed(run, [task.key])
+    return task

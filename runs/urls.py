@@ -10,4 +10,5 @@ urlpatterns = [
     path(
         "runs/<int:run_id>/claims/<int:claim_id>/check/", views.claim_check, name="run-claim-check"
     ),
+    path("runs/<int:run_id>/tasks/<int:task_id>/release/", views.task_release, name="task-release"),
 ]

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from escalations.models import Escalation
 from escalations.selectors import member_fleet_ids, reviews
-from escalations.services import Refused, claim_check_by_hand
+from escalations.services import STOP, Refused, claim_check_by_hand, task_release_stop
 from fleet.models import Delivery
 from runs import selectors
 from runs.models import Claim, Run, Task
@@ -102,6 +102,14 @@ def run_page(
     for claim in detail["claims"]:
         claim["id"] = claim_ids.get(claim["key"])
         claim["anchor"] = f"claim-{claim['id']}"
+    tasks = {
+        key: (pk, released)
+        for key, pk, released in Task.objects.filter(run=found).values_list("key", "pk", "released")
+    }
+    for task in detail["tasks"]:
+        task["id"], task["released"] = tasks[task["key"]]
+        task["anchor"] = f"task-{task['key']}"
+        task["stopped"] = STOP in task["blockers"]
     states = dict(
         Task.objects.filter(run=found).values_list("state").annotate(n=Count("id")).order_by()
     )
@@ -180,3 +188,16 @@ def claim_check(request: HttpRequest, run_id: int, claim_id: int) -> HttpRespons
     except Refused as refused:
         return back_to_run(request, found, f"claim-{claim.pk}", refused)
     return back_to_run(request, found, f"claim-{claim.pk}")
+
+
+@login_required
+@require_POST
+def task_release(request: HttpRequest, run_id: int, task_id: int) -> HttpResponse:
+    """A reviewer releases a task's uncertain-dependency stop."""
+    found = run_for(request, run_id)
+    task = get_object_or_404(Task, pk=task_id, run=found)
+    try:
+        task_release_stop(task=task, reviewer=request.user)
+    except Refused as refused:
+        return back_to_run(request, found, f"task-{task.key}", refused)
+    return back_to_run(request, found, f"task-{task.key}")
