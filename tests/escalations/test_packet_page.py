@@ -275,7 +275,7 @@ def test_a_reviewer_returns_the_packet_naming_the_field(desk, browser):
     assert Task.objects.get(key="plan").state == "escalated"  # it waits for a better packet
 
 
-def test_a_better_packet_after_a_return_opens_a_new_escalation(desk, browser):
+def test_a_better_packet_after_a_return_reopens_the_escalation(desk, browser):
     escalation = desk.escalate()
     browser.post(f"/escalations/{escalation.pk}/return/", {"field": "tried", "note": "say what"})
     again = desk.planner.post(
@@ -293,8 +293,8 @@ def test_a_better_packet_after_a_return_opens_a_new_escalation(desk, browser):
             },
         },
     )
-    assert again.json()["escalation"] != escalation.pk
-    assert Escalation.objects.get(pk=again.json()["escalation"]).status == "open"
+    assert again.json()["escalation"] == escalation.pk  # one waiting escalation per task
+    assert Escalation.objects.get(pk=escalation.pk).status == "open"
 
 
 @pytest.mark.parametrize(
