@@ -1,5 +1,6 @@
 """Pages of the work: the runs of a person's fleets, and one run with its graph and its story."""
 
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from fleet.models import Delivery
 from runs import selectors
 from runs.models import Claim, Run, Task
 
+STATE_ORDER = ("ready", "pending", "running", "escalated", "failed", "succeeded", "cancelled")
 RUNS_PER_PAGE = 50
 GRAPH_LIMIT = 500  # beyond this many tasks a drawing stops helping; the table still lists all
 
@@ -110,9 +112,14 @@ def run_page(
         task["id"], task["released"] = tasks[task["key"]]
         task["anchor"] = f"task-{task['key']}"
         task["stopped"] = STOP in task["blockers"]
-    states = dict(
-        Task.objects.filter(run=found).values_list("state").annotate(n=Count("id")).order_by()
+    # A pending task in the ready frontier is counted as ready, as the table and graph show it.
+    counted = Counter(
+        "ready" if t["state"] == Task.State.PENDING and t["ready"] else t["state"]
+        for t in detail["tasks"]
     )
+    states = {state: counted[state] for state in STATE_ORDER if counted[state]}
+    for decision in detail["decisions"]:
+        decision["label"] = str(decision["action"]).replace("_", " ")  # carry_on: "carry on"
     deliveries = Delivery.objects.filter(
         fleet_id=found.fleet_id, payload__data__run=found.key
     ).order_by("-created_at", "-id")[:100]

@@ -1,10 +1,11 @@
-// Draws a run's task graph with cytoscape and the dagre layout: state as colour, blockers as a
-// dashed red border and in the label. The data comes from a JSON script tag (no inline code).
+// Draws a run's task graph with cytoscape and the dagre layout: state as colour (ready, which may
+// start now, apart from succeeded, which is done and filled), blockers as a dashed red border and
+// in the label. The data comes from a JSON script tag (no inline code).
 (function () {
   "use strict";
 
   var COLOURS = {
-    ready: "#1f7a3d",
+    ready: "#0b7285",
     pending: "#8a6d00",
     running: "#1d5fa8",
     succeeded: "#2e7d32",
@@ -12,6 +13,8 @@
     escalated: "#7b3fa0",
     cancelled: "#6b6b6b"
   };
+
+  var FILLS = { ready: "#e6f4f6", succeeded: "#e3f1e4", cancelled: "#f0f0f0" };
 
   function draw() {
     var container = document.getElementById("graph");
@@ -27,6 +30,7 @@
       var d = n.data;
       d.caption = d.label + "\n" + d.state + (d.blockers.length ? "\n" + d.blockers.join("\n") : "");
       d.colour = COLOURS[d.state] || "#444";
+      d.fill = FILLS[d.state] || "#fff";
     });
     var cy = cytoscape({
       container: container,
@@ -40,7 +44,7 @@
           selector: "node",
           style: {
             shape: "round-rectangle",
-            "background-color": "#fff",
+            "background-color": "data(fill)",
             "border-width": 3,
             "border-color": "data(colour)",
             label: "data(caption)",
@@ -53,6 +57,7 @@
             padding: "10px"
           }
         },
+        { selector: 'node[state = "ready"]', style: { "border-width": 4, "border-style": "double" } },
         { selector: "node[?blocked]", style: { "border-style": "dashed", "border-color": "#b3261e" } },
         {
           selector: "edge",

@@ -111,3 +111,29 @@ def test_the_runs_list_pages_back_in_time(desk, browser, monkeypatch):
     second = browser.get(f"/runs/?before={older}").content.decode()
     assert ">second<" in second and "tier-discounts" not in second
     assert browser.get("/runs/?before=nonsense").status_code == 200
+
+
+def test_the_summary_counts_ready_tasks_apart_from_pending_ones(desk, browser):
+    run = Run.objects.get(key="tier-discounts")
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    legend = page[page.index('class="legend"') : page.index("</p>", page.index('class="legend"'))]
+    # plan may start now; its two dependants wait on it.
+    assert '<span class="badge badge-ready">ready 1</span>' in legend
+    assert '<span class="badge badge-pending">pending 2</span>' in legend
+
+
+def test_decisions_are_named_in_words(desk, browser):
+    from django.utils import timezone
+
+    from runs.models import Decision, Task
+
+    run = Run.objects.get(key="tier-discounts")
+    task = Task.objects.get(run=run, key="plan")
+    for action in ("carry_on", "resume"):
+        Decision.objects.create(
+            run=run, task=task, action=action, reason=f"{action} reason", created_at=timezone.now()
+        )
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    assert '<span class="badge badge-carry_on">carry on</span>' in page
+    assert '<span class="badge badge-resume">resume</span>' in page
+    assert ">carry_on<" not in page
