@@ -265,11 +265,15 @@ def verify(scenario: Scenario, result: Mapping[str, Any]) -> list[str]:
     policies = result["policies"]
     scoped, halt = policies["scoped"], policies["global_halt"]
     name = scenario.name
-    for policy, tasks in sorted(scenario.expect.invalid.items()):
+    expected = {policy: set(tasks) for policy, tasks in scenario.expect.invalid.items()}
+    # Whatever the scenario expects, naive's plainly invalid work must be caught.
+    expected.setdefault("naive", set()).update(
+        plainly_invalid(scenario, policies["naive"]["executions"])
+    )
+    for policy, tasks in sorted(expected.items()):
         flagged = {e["task"] for e in policies[policy]["invalid_executions"]}
-        for task in tasks:
-            if task not in flagged:
-                failures.append(f"{name}: {policy}'s invalid execution of {task} went undetected")
+        for task in sorted(tasks - flagged):
+            failures.append(f"{name}: {policy}'s invalid execution of {task} went undetected")
     kinds = scenario.expect.kinds
     if "naive_control" in kinds and not policies["naive"]["invalid"]:
         failures.append(f"{name}: the planted naive control executed nothing invalid")
@@ -294,6 +298,34 @@ def verify(scenario: Scenario, result: Mapping[str, Any]) -> list[str]:
         if not policies[policy]["completed"]:
             failures.append(f"{name}: {policy} did not complete the run after restoration")
     return failures
+
+
+def plainly_invalid(scenario: Scenario, executions: Iterable[Sequence[Any]]) -> set[str]:
+    """Tasks executed while a condition the outage makes false held them, or on top of such work.
+
+    An independent check of the evaluator, without the frontier rule or the scenario's `expect`:
+    during the outage, a task that truly needs the capability (or reads its state), or an
+    external effect while the capability is the fleet's authority, observability or rollback.
+    A lower bound: the evaluator may find more (barriers, transactions, claims).
+    """
+    outage = scenario.outage
+    guards_effects = outage.capability in scenario.roles.values()
+    latest_invalid: dict[str, bool] = {}
+    found: set[str] = set()
+    for task, step in executions:
+        node = scenario.truth[task]
+        needs = (
+            outage.capability in node.capabilities
+            or outage.capability in node.reads_state_of
+            or (node.effect == "external" and guards_effects)
+        )
+        invalid = (outage.start <= step < outage.end and needs) or any(
+            latest_invalid.get(p, False) for p in node.prerequisites
+        )
+        latest_invalid[task] = invalid
+        if invalid:
+            found.add(task)
+    return found
 
 
 def verify_lab(scenarios: Sequence[Scenario], report: Mapping[str, Any]) -> list[str]:
@@ -545,8 +577,10 @@ def _claims(value: object, errors: list[str]) -> dict[str, ClaimView]:
 def _expectation(
     value: object, declared: Mapping[str, TaskNode], hidden: bool, errors: list[str]
 ) -> Expectation:
+    if value is None:
+        return Expectation(kinds=())  # optional: DESIGN 5's own checks need no expectation
     if not isinstance(value, dict):
-        errors.append("expect: required, {kinds, held?, invalid?}")
+        errors.append("expect: an object {kinds, held?, invalid?}")
         return Expectation(kinds=())
     errors += [
         f"expect.{k}: unknown field" for k in sorted(set(value) - {"kinds", "held", "invalid"})

@@ -121,6 +121,60 @@ def test_verify_fails_when_scoped_executes_invalid_work_on_complete_declarations
     ]
 
 
+def without_expect(**overrides: Any) -> dict[str, Any]:
+    data = scenario(**overrides)
+    del data["expect"]
+    return data
+
+
+def test_a_scenario_needs_no_expect_block() -> None:
+    case = load_scenario(without_expect(), name="plain")
+    assert case.expect.kinds == ()
+    assert verify(case, lab([case])["scenarios"][0]) == []
+
+
+def test_without_expect_verify_still_fails_when_naive_invalid_work_goes_undetected() -> None:
+    case = load_scenario(without_expect(), name="plain")
+    result = copy.deepcopy(lab([case])["scenarios"][0])
+    assert [e["task"] for e in result["policies"]["naive"]["invalid_executions"]] == ["push"]
+    result["policies"]["naive"]["invalid"] = 0
+    result["policies"]["naive"]["invalid_executions"] = []
+    assert verify(case, result) == ["plain: naive's invalid execution of push went undetected"]
+
+
+def test_without_expect_verify_still_fails_when_scoped_crosses_complete_declarations() -> None:
+    case = load_scenario(without_expect(), name="plain")
+    result = copy.deepcopy(lab([case])["scenarios"][0])
+    result["policies"]["scoped"]["invalid"] = 1
+    result["policies"]["scoped"]["invalid_executions"] = [
+        {"task": "push", "step": 0, "reasons": ["capability:forge"]}
+    ]
+    assert verify(case, result) == [
+        "plain: scoped executed invalid work on complete declarations: push"
+    ]
+
+
+def test_naive_work_on_top_of_invalid_work_must_be_caught_too() -> None:
+    data = without_expect(
+        tasks=[
+            {"key": "push", "capabilities": ["forge"]},
+            {"key": "notify", "prerequisites": ["push"], "capabilities": ["workspace"]},
+        ],
+        outage={"capability": "forge", "start": 0, "steps": 3},
+    )
+    case = load_scenario(data, name="taint")
+    result = copy.deepcopy(lab([case])["scenarios"][0])
+    naive = result["policies"]["naive"]
+    naive["invalid_executions"] = [e for e in naive["invalid_executions"] if e["task"] == "push"]
+    assert verify(case, result) == ["taint: naive's invalid execution of notify went undetected"]
+
+
+def test_an_expect_block_must_be_an_object_when_given() -> None:
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(scenario(expect=["independent"]), name="odd")
+    assert raised.value.errors == ["expect: an object {kinds, held?, invalid?}"]
+
+
 def test_verify_fails_when_scoped_works_in_an_all_blocked_case() -> None:
     data = scenario(expect={"kinds": ["all_blocked"]})
     case = load_scenario(data, name="mislabelled")
@@ -287,6 +341,26 @@ def test_policy_lab_verify_exits_non_zero_when_a_check_fails(tmp_path: Path) -> 
     with pytest.raises(CommandError, match="scoped did work while everything left was blocked"):
         call_command("policy_lab", str(path), "--verify", stdout=StringIO())
     call_command("policy_lab", str(path), stdout=StringIO())  # without --verify it only reports
+
+
+def test_policy_lab_verifies_a_scenario_without_expect(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps(without_expect()))
+    out = StringIO()
+    call_command("policy_lab", str(path), "--verify", stdout=out)
+    assert out.getvalue().rstrip().endswith("verify: ok (1 scenarios)")
+
+    real = simulation.simulate
+
+    def blind(case: Scenario, policy: str) -> dict[str, Any]:
+        result = real(case, policy)
+        if policy == "naive":  # an evaluator that misses naive's invalid work
+            result = {**result, "invalid": 0, "invalid_executions": []}
+        return result
+
+    monkeypatch.setattr(simulation, "simulate", blind)
+    with pytest.raises(CommandError, match="naive's invalid execution of push went undetected"):
+        call_command("policy_lab", str(path), "--verify", stdout=StringIO())
 
 
 def test_policy_lab_names_a_broken_file(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ from runs import simulation
 class Command(BaseCommand):
     help = (
         "Run outage scenarios under global_halt, scoped and naive continuation and print the "
-        "table (or JSON). --verify fails if a predeclared check fails or two runs hash differently."
+        "table (or JSON). --verify fails if naive's invalid work goes undetected, scoped executes "
+        "invalid work on complete declarations, a scenario's optional expect check fails, or two "
+        "runs hash differently."
     )
     requires_system_checks: list[str] = []  # pure: needs no database or app checks
 
