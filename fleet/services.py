@@ -84,6 +84,26 @@ def agent_create(
 
 
 @transaction.atomic
+def signing_key_add(*, agent: Agent) -> SigningKey:
+    """Another active signing key for the agent: both verify until the old one is revoked."""
+    return SigningKey.objects.create(agent=agent)
+
+
+@transaction.atomic
+def signing_key_revoke(*, agent: Agent, key_id: int, at: datetime) -> SigningKey:
+    """Deactivate one of the agent's keys; events signed with it get a 401 from now on."""
+    key = SigningKey.objects.select_for_update().filter(agent=agent, pk=key_id).first()
+    if key is None:
+        raise ValueError(f"agent {agent.name!r} has no signing key {key_id}")
+    if not key.active:
+        raise ValueError(f"signing key {key_id} of agent {agent.name!r} is already revoked")
+    key.active = False
+    key.revoked_at = at
+    key.save(update_fields=["active", "revoked_at"])
+    return key
+
+
+@transaction.atomic
 def member_add(*, username: str, fleet: Fleet, role: str) -> tuple[Any, str | None]:
     """Make a user a member; a new user gets a one-time password, returned once."""
     user_model = get_user_model()

@@ -58,6 +58,51 @@ def test_agent_create_refuses_an_unknown_fleet_and_a_duplicate_name():
         run_command("agent_create", "acme", "planner")
 
 
+def test_agent_key_add_rotates_an_agents_signing_key(client):
+    from tests.conftest import Sender
+
+    run_command("fleet_create", "acme")
+    created = run_command("agent_create", "acme", "planner", "--orchestrator")
+    agent = Agent.objects.get(pk=created["id"])
+    old_key = agent.signing_keys.get()
+    added = run_command("agent_key_add", "acme", "planner")
+    assert set(added) >= {"agent", "key_id", "signing_secret"}
+    assert added["agent"] == "planner" and added["signing_secret"].startswith("whsec_")
+    assert added["signing_secret"] != created["signing_secret"]
+    assert added["active_key_ids"] == [old_key.pk, added["key_id"]]
+
+    def post(secret: str, run: str) -> int:
+        sender = Sender(client, agent, secret)
+        task = {"key": "a", "agent": "planner"}
+        return sender.post("run.started", {"run": run, "tasks": [task]}).status_code
+
+    assert post(created["signing_secret"], "r1") == 202  # both keys sign until one is revoked
+    assert post(added["signing_secret"], "r2") == 202
+    revoked = run_command("agent_key_add", "acme", "planner", "--revoke", str(old_key.pk))
+    assert revoked["key_id"] == old_key.pk and revoked["active"] is False
+    assert revoked["active_key_ids"] == [added["key_id"]]
+    assert "signing_secret" not in revoked
+    assert post(created["signing_secret"], "r3") == 401
+    assert post(added["signing_secret"], "r4") == 202
+
+
+def test_agent_key_add_refuses_what_it_cannot_find_or_do():
+    with pytest.raises(CommandError, match="no fleet named 'ghost'"):
+        run_command("agent_key_add", "ghost", "planner")
+    run_command("fleet_create", "acme")
+    with pytest.raises(CommandError, match="no agent 'ghost' in fleet 'acme'"):
+        run_command("agent_key_add", "acme", "ghost")
+    created = run_command("agent_create", "acme", "planner")
+    other = run_command("agent_create", "acme", "coder")
+    others_key = Agent.objects.get(pk=other["id"]).signing_keys.get().pk
+    with pytest.raises(CommandError, match=f"agent 'planner' has no signing key {others_key}"):
+        run_command("agent_key_add", "acme", "planner", "--revoke", str(others_key))
+    key = Agent.objects.get(pk=created["id"]).signing_keys.get().pk
+    run_command("agent_key_add", "acme", "planner", "--revoke", str(key))
+    with pytest.raises(CommandError, match="already revoked"):
+        run_command("agent_key_add", "acme", "planner", "--revoke", str(key))
+
+
 def test_member_add_creates_the_user_once_with_a_one_time_password():
     run_command("fleet_create", "acme")
     first = run_command("member_add", "alice", "--fleet", "acme", "--role", "reviewer")
