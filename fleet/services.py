@@ -1,7 +1,9 @@
 """Writes of the fleet: capability changes, members, fleets and agents."""
 
 import secrets
+import urllib.parse
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -118,9 +120,55 @@ def member_add(*, username: str, fleet: Fleet, role: str) -> tuple[Any, str | No
 
 @transaction.atomic
 def source_add(*, fleet: Fleet, kind: str, name: str, value: str) -> VerificationSource:
+    """Register a verification source; a SQLite data source or a workspace must exist now."""
     if kind not in VerificationSource.Kind.values:
         raise ValueError(f"kind must be one of {', '.join(VerificationSource.Kind.values)}")
+    if kind == VerificationSource.Kind.DATASOURCE:
+        value = datasource_value(value)
+    elif kind == VerificationSource.Kind.WORKSPACE:
+        value = workspace_value(value)
     source, _ = VerificationSource.objects.update_or_create(
         fleet=fleet, kind=kind, name=name, defaults={"value": value}
     )
     return source
+
+
+POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
+SQLITE_URL = "sqlite:///"
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def datasource_value(value: str) -> str:
+    """A PostgreSQL DSN as given (reached only when a verifier runs), or a SQLite database's
+    absolute path, from a path or a `sqlite:///` URL (the verifier opens a plain path)."""
+    if value.startswith(POSTGRESQL_SCHEMES):
+        return value
+    if value.startswith(SQLITE_URL):
+        path_text = urllib.parse.unquote(value.removeprefix(SQLITE_URL).split("?", 1)[0])
+    elif "://" in value or value.startswith("sqlite:"):
+        raise ValueError(
+            f"{value!r} is not a data source: give a PostgreSQL DSN (postgresql://...), "
+            "a sqlite:/// URL or the path of a SQLite database file"
+        )
+    else:
+        path_text = value
+    if not path_text:
+        raise ValueError(f"{value!r} names no SQLite database file")
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(f"no SQLite database file at {path}")
+    with path.open("rb") as database:
+        header = database.read(len(SQLITE_HEADER))
+    if header and header != SQLITE_HEADER:
+        raise ValueError(f"{path} is not a SQLite database file")
+    return str(path)
+
+
+def workspace_value(value: str) -> str:
+    """A workspace's absolute path: an existing directory (the file verifiers read under it)."""
+    if not value:
+        raise ValueError("a workspace is the path of a directory")
+    path = Path(value).expanduser().resolve()
+    if not path.is_dir():
+        raise ValueError(f"no directory at {path}")
+    return str(path)

@@ -113,11 +113,78 @@ def test_member_add_creates_the_user_once_with_a_one_time_password():
     assert Membership.objects.get(user=user).role == "manager"
 
 
-def test_source_add_registers_a_verification_source():
+def test_source_add_registers_a_verification_source(tmp_path):
     run_command("fleet_create", "acme")
-    printed = run_command("source_add", "acme", "workspace", "repo", "/srv/repo")
-    assert printed == {"fleet": "acme", "kind": "workspace", "name": "repo", "value": "/srv/repo"}
-    assert VerificationSource.objects.get().value == "/srv/repo"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    printed = run_command("source_add", "acme", "workspace", "repo", str(repo))
+    assert printed == {"fleet": "acme", "kind": "workspace", "name": "repo", "value": str(repo)}
+    assert VerificationSource.objects.get().value == str(repo)
+
+
+def sqlite_file(path):
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE customers (id INTEGER, loyalty_points INTEGER)")
+    connection.close()
+    return path
+
+
+def test_source_add_takes_a_sqlite_url_or_a_path_and_stores_the_path(tmp_path, monkeypatch):
+    from runs import verifiers
+    from runs.evidence import payload_hash, query_result_payload
+    from runs.verification import sources_for
+
+    run_command("fleet_create", "acme")
+    database = sqlite_file(tmp_path / "orders.sqlite3")
+    by_url = run_command("source_add", "acme", "datasource", "orders", f"sqlite:///{database}")
+    assert by_url["value"] == str(database)
+    by_path = run_command("source_add", "acme", "datasource", "copy", str(database))
+    assert by_path["value"] == str(database)
+    monkeypatch.chdir(tmp_path)
+    relative = run_command("source_add", "acme", "datasource", "rel", "sqlite:///orders.sqlite3")
+    assert relative["value"] == str(database)
+    # What is stored is what the verifier opens.
+    query = "SELECT name FROM pragma_table_info('customers') ORDER BY cid"
+    payload = query_result_payload(columns=["name"], rows=[["id"], ["loyalty_points"]])
+    evidence = {
+        "kind": "query_result",
+        "source": query,
+        "datasource": "orders",
+        "payload_hash": payload_hash(payload),
+    }
+    fleet = Fleet.objects.get(name="acme")
+    assert verifiers.verify(evidence, sources_for(fleet.pk)).status == "verified"
+
+
+def test_source_add_takes_a_postgresql_dsn_unchecked():
+    run_command("fleet_create", "acme")
+    dsn = "postgresql://reader@db.invalid:5432/orders"
+    assert run_command("source_add", "acme", "datasource", "orders", dsn)["value"] == dsn
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "message"),
+    [
+        ("datasource", "{tmp}/missing.sqlite3", "no SQLite database file at {tmp}/missing.sqlite3"),
+        ("datasource", "sqlite:///{tmp}/missing.sqlite3", "no SQLite database file at"),
+        ("datasource", "{tmp}/notes.txt", "{tmp}/notes.txt is not a SQLite database file"),
+        ("datasource", "{tmp}", "no SQLite database file at {tmp}"),
+        ("datasource", "mysql://db/orders", "not a data source: give a PostgreSQL DSN"),
+        ("datasource", "sqlite://", "not a data source"),
+        ("workspace", "{tmp}/nowhere", "no directory at {tmp}/nowhere"),
+        ("workspace", "{tmp}/notes.txt", "no directory at {tmp}/notes.txt"),
+    ],
+)
+def test_source_add_refuses_a_source_that_is_not_there(tmp_path, kind, value, message):
+    import re
+
+    (tmp_path / "notes.txt").write_text("not a database")
+    run_command("fleet_create", "acme")
+    with pytest.raises(CommandError, match=re.escape(message.format(tmp=tmp_path))):
+        run_command("source_add", "acme", kind, "orders", value.format(tmp=tmp_path))
+    assert not VerificationSource.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
