@@ -1,0 +1,85 @@
+"""The desk on a phone (390 px wide): the header wraps and stays on its dark bar, and long
+unbroken text wraps instead of widening the page; a wide table scrolls inside its own box."""
+
+import pytest
+
+from runs.models import Run
+from tests.escalations.desk import Desk, member
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "correct horse battery staple"
+UNBROKEN = "x" * 499 + "?"  # the longest question a packet may ask, without a space
+
+
+def expect():
+    from playwright.sync_api import expect
+
+    return expect
+
+
+@pytest.fixture
+def desk(client, fleet):
+    desk = Desk(client, fleet)
+    desk.run()
+    return desk
+
+
+def page_width(page):
+    return page.evaluate("document.documentElement.scrollWidth")
+
+
+def test_every_page_fits_a_phone_and_the_header_stays_on_its_bar(desk, fleet, screens):
+    escalation = desk.escalate(smallest_unblocking_question=UNBROKEN)
+    run = Run.objects.get(key="tier-discounts")
+    member("carol", fleet, role="manager")
+    member("alice", fleet)
+    for username in ("alice", "carol"):
+        screen = screens()
+        page = screen.page
+        page.set_viewport_size({"width": 390, "height": 844})
+        screen.sign_in(username, PASSWORD)
+        for path, name in (
+            ("/escalations/", "queue"),
+            (f"/escalations/{escalation.pk}/", "packet"),
+            (f"/runs/{run.pk}/", "run"),
+            ("/runs/", "runs"),
+            ("/capabilities/", "capabilities"),
+            ("/nowhere/", "not-found"),
+        ):
+            page.goto(path)
+            expect()(page.get_by_role("button", name="Sign out")).to_be_visible()
+            assert page_width(page) <= 390, (username, path, page_width(page))
+            bar = page.locator("header.top").bounding_box()
+            for item in (
+                page.get_by_role("navigation", name="Main").get_by_role("link").last,
+                page.get_by_text(username, exact=True),
+                page.get_by_role("button", name="Sign out"),
+            ):
+                box = item.bounding_box()
+                assert box["y"] + box["height"] <= bar["y"] + bar["height"], (path, item)
+                assert box["x"] + box["width"] <= 390, (path, item)
+            screen.shot(f"mobile-{username}-{name}")
+        if username == "carol":  # the manager's extra link wraps onto the bar too
+            expect()(page.get_by_role("link", name="Reports")).to_be_visible()
+        assert screen.problems == [] or all("404" in p for p in screen.problems), screen.problems
+
+
+def test_a_long_unbroken_question_wraps_in_the_queue_and_the_packet(desk, fleet, screens):
+    escalation = desk.escalate(smallest_unblocking_question=UNBROKEN)
+    member("alice", fleet)
+    screen = screens()
+    page = screen.page
+    screen.sign_in("alice", PASSWORD)
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 844})
+        page.goto("/escalations/")
+        link = page.get_by_role("link", name=UNBROKEN)
+        expect()(link).to_be_visible()
+        assert page_width(page) <= width
+        assert link.bounding_box()["width"] < width
+        page.goto(f"/escalations/{escalation.pk}/")
+        heading = page.get_by_role("heading", level=1)
+        expect()(heading).to_have_text(UNBROKEN)
+        assert heading.bounding_box()["width"] <= width
+        assert page_width(page) <= width
