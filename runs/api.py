@@ -29,10 +29,12 @@ def run_detail(request: HttpRequest, run: str) -> dict[str, Any]:
 
 @router.get("/runs/{run}/frontier", summary="The run's safe ready frontier and its deferred tasks")
 def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
-    result = scheduler.frontier_of(get_run(request, run))
+    found = get_run(request, run)
+    result = scheduler.frontier_of(found)
     return {
         "policy": result.policy,
-        "ready": list(result.ready),
+        # A run that is over starts nothing more, whatever its pending tasks would allow.
+        "ready": list(result.ready) if found.state == Run.State.RUNNING else [],
         "deferred": [
             {"task": key, "blockers": list(b)} for key, b in sorted(result.deferred.items())
         ],

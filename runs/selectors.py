@@ -24,13 +24,15 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
         "task_id", "requires__key"
     ):
         edges.setdefault(task_id, []).append(key)
+    live = run.state == Run.State.RUNNING
     return [
         {
             "key": t.key,
             "title": t.title,
             "agent": t.agent.name,
             "state": t.state,
-            "ready": t.ready,
+            # Ready means it may start now: a pending task of a running run, with no blocker.
+            "ready": live and t.ready and t.state == Task.State.PENDING,
             "blockers": sorted(blockers.get(t.pk, [])),
             "prerequisites": edges.get(t.pk, []),
             "capabilities": t.capabilities,

@@ -499,8 +499,9 @@ def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
         ]
     )
     task.state = Task.State.SUCCEEDED if data.outcome == "succeeded" else Task.State.FAILED
+    task.ready = False  # an imported finish may come without a start
     task.finished_at = context.at
-    task.save(update_fields=["state", "finished_at"])
+    task.save(update_fields=["state", "ready", "finished_at"])
     scheduler.after_finish(run, task, attempt, imported=context.imported)
     return {"run": run.key, "task": task.key, "state": task.state}
 
