@@ -57,7 +57,11 @@ class Screen:
         if any(f"status of {code}" in text for code in (409, 422)):
             return  # a refusal the desk renders (who answered first, what is missing)
         if message.type == "error" or "Content Security Policy" in text:
-            self.problems.append(f"console {message.type}: {text}")
+            where = message.location or {}
+            self.problems.append(
+                f"console {message.type} on {self.page.url} "
+                f"({where.get('url', '')}:{where.get('lineNumber', '')}): {text}"
+            )
 
     def shot(self, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
