@@ -53,11 +53,11 @@ def signed_in(user):
 # Sign-in and roles
 
 
-def test_signing_in_opens_the_queue(alice):
+def test_signing_in_opens_what_is_waiting(alice):
     browser = Client()
     response = browser.post("/login/", {"username": "alice", "password": PASSWORD}, follow=True)
-    assert response.redirect_chain[-1][0] == "/escalations/"
-    assert "Escalation queue" in response.content.decode()
+    assert response.redirect_chain[-1][0] == "/"  # the home page, which leads to the queue
+    assert "<h1>What is waiting</h1>" in response.content.decode()
 
 
 def test_a_wrong_password_is_refused_saying_so(alice):
