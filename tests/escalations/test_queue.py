@@ -98,6 +98,17 @@ def test_a_missing_page_is_a_styled_page_with_a_way_back(alice):
     assert "Sign out" in page  # the whole page, navigation and all
 
 
+def test_a_form_without_its_token_is_refused_on_a_page_that_says_so(desk, alice):
+    escalation = desk.escalate()
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice)
+    response = browser.post(f"/escalations/{escalation.pk}/claim/")
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert "<h1>This form has expired</h1>" in page and "Nothing was changed." in page
+    assert "bulkhead.css" in page and '<a href="/escalations/">Back to the queue</a>' in page
+
+
 def test_pages_need_a_signed_in_person(desk):
     escalation = desk.escalate()
     for path in ("/escalations/", f"/escalations/{escalation.pk}/", f"/runs/{escalation.run_id}/"):
