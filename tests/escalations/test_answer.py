@@ -207,11 +207,14 @@ def test_a_task_still_blocked_for_another_reason_is_not_counted_as_released(desk
     desk.planner.post(
         "capability.changed", {"capability": "forge", "status": "down", "reason": "503s"}
     )
+    promise = signed_in(alice).get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "Nothing at once: push would still wait on something else." in promise
     response = answer(signed_in(alice), escalation, text="push to the mirror")
     assert Answer.objects.get().released == []
     page = response.content.decode()
     assert "released 0 tasks" in page
     assert "push is back with its agent and still waits on: capability:forge" in page
+    assert "Nothing was ready at once." in page
 
 
 def test_released_by_counts_only_the_tasks_the_answer_makes_ready():

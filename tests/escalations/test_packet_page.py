@@ -235,6 +235,7 @@ def test_a_reviewer_reroutes_the_task_to_another_agent(desk, browser):
     assert "Rerouted to coder by alice</h2>" in outcome
     assert "the planner keeps guessing; the coder can read the schema" in outcome
     assert "Closed by" not in page
+    assert "Nothing: it was closed without an answer." in section(page, "release", "blast")
 
 
 @pytest.mark.parametrize(
