@@ -1,15 +1,38 @@
 """The webhook's event envelope and the `data` of each event type (DESIGN section 3)."""
 
+import json
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
+# The lengths are the columns' (runs/models.py, fleet/models.py): longer is a 422, not a 500.
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=False)]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=100)]  # capabilities, groups
+Title = Annotated[str, StringConstraints(max_length=300)]
 Text = Annotated[str, StringConstraints(max_length=5000)]
+
+
+def _one_path_segment(key: str) -> str:
+    if "/" in key:
+        raise ValueError("must not contain '/': the key is a segment of the API's URLs")
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise ValueError("must not contain control characters")
+    return key
+
+
+Key = Annotated[Name, AfterValidator(_one_path_segment)]  # a run's or a task's key
 Hash = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 PayloadHash = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 
@@ -19,15 +42,15 @@ class Strict(BaseModel):
 
 
 class TaskIn(Strict):
-    key: Name
-    title: Text = ""
+    key: Key
+    title: Title = ""
     agent: Name
     prerequisites: list[Name] = []
-    capabilities: list[Name] = []
-    reads_state_of: list[Name] = []
+    capabilities: list[Label] = []
+    reads_state_of: list[Label] = []
     effect: Literal["none", "reversible", "external"] = "none"
     dependency_confidence: Literal["declared", "uncertain"] = "declared"
-    transaction: Name | None = None
+    transaction: Label | None = None
     weight: Annotated[int, Field(ge=0, le=1_000_000)] = 1
     consumes: list[Name] = []
 
@@ -37,8 +60,8 @@ class EvidenceIn(Strict):
     source: Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
     payload_hash: PayloadHash
     payload: dict[str, Any] | None = None
-    datasource: Name | None = None
-    workspace: Name | None = None
+    datasource: Label | None = None
+    workspace: Label | None = None
 
 
 class ActingAs(Strict):
@@ -46,8 +69,8 @@ class ActingAs(Strict):
 
 
 class RunStarted(ActingAs):
-    run: Name
-    title: Text = ""
+    run: Key
+    title: Title = ""
     policy: Literal["scoped", "global_halt"] = "scoped"
     tasks: list[TaskIn]
 
@@ -94,7 +117,7 @@ class FailureIn(Strict):
     kind: Literal["transient", "reasoning", "spec", "environment", "error"]
     signature: Annotated[str, StringConstraints(min_length=1, max_length=500)]
     message: Text = ""
-    capability: Name | None = None
+    capability: Label | None = None
 
 
 class KilledIn(Strict):
@@ -102,7 +125,7 @@ class KilledIn(Strict):
 
 
 class ArtifactIn(Strict):
-    kind: Name
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=50)]
     ref: Annotated[str, StringConstraints(min_length=1, max_length=500)]
     url: Annotated[str, StringConstraints(max_length=1000)] | None = None
 
@@ -118,7 +141,7 @@ class TaskFinished(ActingAs):
 
 
 class CapabilityChanged(ActingAs):
-    capability: Name
+    capability: Label
     status: Literal["up", "down"]
     reason: Annotated[str, StringConstraints(max_length=500)] = ""
     role: Literal["authority", "observability", "rollback"] | None = None
@@ -243,7 +266,34 @@ def _printable(text: str) -> str:
     return _ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
-def parse(body: object) -> tuple[Envelope, Strict]:
+def loads(text: str | bytes) -> object:
+    """JSON as sent; an object naming one field twice is refused (JSON would keep the last)."""
+    repeated: dict[int, list[str]] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items):
+            repeated[id(obj)] = [k for k, n in Counter(k for k, _ in items).items() if n > 1]
+        return obj
+
+    value = json.loads(text, object_pairs_hook=pairs)
+    if repeated:
+        found: list[dict[str, str]] = []
+        stack: list[tuple[object, str]] = [(value, "")]
+        while stack:
+            item, where = stack.pop()
+            if isinstance(item, dict):
+                for name in repeated.get(id(item), ()):
+                    loc = f"{where}.{_printable(name)}" if where else _printable(name)
+                    found.append(error(loc, "sent more than once in one object"))
+                stack.extend((v, f"{where}.{k}" if where else k) for k, v in item.items())
+            elif isinstance(item, list):
+                stack.extend((v, f"{where}.{i}") for i, v in enumerate(item))
+        raise Invalid(sorted(found, key=lambda e: e["loc"]))
+    return value
+
+
+def parse(body: object, *, imported: bool = False) -> tuple[Envelope, Strict]:
     """Validate an envelope and its data; raise Invalid naming every bad field.
 
     NUL bytes, the schema and the rules across fields are checked together; when any fails, the
@@ -255,6 +305,10 @@ def parse(body: object) -> tuple[Envelope, Strict]:
         raise Invalid(
             [*errors, error("body", "must be a JSON object with type, timestamp and data")]
         )
+    if not imported and "agent" in body:
+        # The sender is the agent of the URL; only an import file names it beside the type.
+        msg = "unknown field: an orchestrator acting for another agent names it in data.agent"
+        errors.append(error("agent", msg))
     envelope: Envelope | None = None
     try:
         envelope = Envelope.model_validate(body)

@@ -16,7 +16,7 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from fleet import signing
-from fleet.events import Invalid, Partial, Strict, error, parse
+from fleet.events import Invalid, Partial, Strict, error, loads, parse
 from fleet.models import Agent, Event, SigningKey
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,9 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
         bad = f"byte 0x{body[exc.start]:02x} at offset {exc.start}"
         return Reply(400, {"errors": [error("body", f"not valid UTF-8: {bad}")]})
     try:
-        raw = json.loads(text)
+        raw = loads(text)
+    except Invalid as exc:
+        return Reply(exc.status, {"errors": exc.errors})
     except ValueError as exc:
         return Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
     return apply(agent=agent, webhook_id=headers["webhook-id"], body=body, raw=raw)
@@ -174,7 +176,7 @@ def apply(
     """Apply one event once: a replay of its webhook-id gets the first response."""
     digest = hashlib.sha256(body).hexdigest()
     try:
-        envelope, data = parse(raw)
+        envelope, data = parse(raw, imported=imported)
         packet_too_big(data)
     except Invalid as exc:
         # A used webhook-id is a conflict before it is a bad body.

@@ -1,12 +1,16 @@
 """Writes of the fleet: capability changes, members, fleets and agents."""
 
+import re
 import secrets
+import shlex
 import urllib.parse
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from fleet.events import CapabilityChanged, Invalid, error
@@ -61,8 +65,27 @@ def capability_change_from_agent(context: Any, data: CapabilityChanged) -> dict[
     return {"capability": capability.name, "status": capability.status}
 
 
+VALUE_MAX_LENGTH = 1000  # VerificationSource.value
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+HOST_NAME = re.compile(
+    r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*)(?::[0-9]{1,5})?$"
+)
+
+
+def refuse_unless_fits(value: str, what: str, max_length: int) -> None:
+    """The commands' values must fit their columns: a clear refusal, not a database error."""
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > max_length:
+        raise ValueError(f"{what} is {len(value)} characters; at most {max_length}")
+
+
 @transaction.atomic
 def fleet_create(*, name: str, callback_url: str = "") -> Fleet:
+    refuse_unless_fits(name, "the fleet's name", 100)
+    if len(callback_url) > 1000:
+        raise ValueError(f"the callback URL is {len(callback_url)} characters; at most 1000")
     fleet, _ = Fleet.objects.get_or_create(name=name, defaults={"callback_url": callback_url})
     if callback_url and fleet.callback_url != callback_url:
         fleet.callback_url = callback_url
@@ -75,6 +98,14 @@ def agent_create(
     *, fleet: Fleet, name: str, role: str = "", orchestrator: bool = False, tool: bool = False
 ) -> tuple[Agent, str, str]:
     """A new agent with one signing key and one API token; returns both secrets (shown once)."""
+    refuse_unless_fits(name, "the agent's name", 100)
+    if not AGENT_NAME.match(name):
+        raise ValueError(
+            f"the agent's name {name!r} may hold letters, digits and . _ @ + - "
+            "(starting with a letter or digit): events name it"
+        )
+    if len(role) > 100:
+        raise ValueError(f"the role is {len(role)} characters; at most 100")
     if Agent.objects.filter(fleet=fleet, name=name).exists():
         raise ValueError(f"agent {name!r} already exists in fleet {fleet.name!r}")
     agent = Agent.objects.create(
@@ -109,6 +140,11 @@ def signing_key_revoke(*, agent: Agent, key_id: int, at: datetime) -> SigningKey
 def member_add(*, username: str, fleet: Fleet, role: str) -> tuple[Any, str | None]:
     """Make a user a member; a new user gets a one-time password, returned once."""
     user_model = get_user_model()
+    refuse_unless_fits(username, "the username", 150)
+    try:
+        UnicodeUsernameValidator()(username)
+    except ValidationError as exc:
+        raise ValueError(f"the username {username!r}: {exc.messages[0]}") from exc
     user = user_model.objects.filter(username=username).first()
     password = None
     if user is None:
@@ -123,10 +159,23 @@ def source_add(*, fleet: Fleet, kind: str, name: str, value: str) -> Verificatio
     """Register a verification source; a SQLite data source or a workspace must exist now."""
     if kind not in VerificationSource.Kind.values:
         raise ValueError(f"kind must be one of {', '.join(VerificationSource.Kind.values)}")
+    refuse_unless_fits(name, "the source's name", 100)
+    refuse_unless_fits(value.strip(), f"the {kind}'s value", VALUE_MAX_LENGTH)
+    if kind == VerificationSource.Kind.HOST and not HOST_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not a host name: give a name or address, optionally with :port "
+            "(api.example.com, 127.0.0.1:8080), no scheme or path"
+        )
+    if kind == VerificationSource.Kind.COMMAND:
+        try:
+            shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"the command {value!r} cannot be split into words: {exc}") from exc
     if kind == VerificationSource.Kind.DATASOURCE:
         value = datasource_value(value)
     elif kind == VerificationSource.Kind.WORKSPACE:
         value = workspace_value(value)
+    refuse_unless_fits(value, f"the {kind}'s value", VALUE_MAX_LENGTH)
     source, _ = VerificationSource.objects.update_or_create(
         fleet=fleet, kind=kind, name=name, defaults={"value": value}
     )

@@ -6,6 +6,8 @@ from django.urls import include, path
 from fleet import views
 from fleet.api import api
 
+handler404 = "fleet.views.not_found"
+
 urlpatterns = [
     path("hooks/v1/agents/<str:agent_id>/events", views.agent_events, name="agent-events"),
     path("api/v1/", api.urls),

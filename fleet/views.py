@@ -16,9 +16,27 @@ from fleet.middleware import database_unavailable, is_database_down
 from fleet.models import Capability
 
 
+def machine_facing(request: HttpRequest) -> bool:
+    return request.path.startswith(("/api/", "/hooks/"))
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Agents get the JSON error body on an unknown path; people get the page."""
+    if machine_facing(request):
+        msg = f"no endpoint {request.path!r}; see /api/v1/openapi.json and DESIGN section 3"
+        return JsonResponse({"errors": [{"loc": "path", "msg": msg}]}, status=404)
+    return render(request, "404.html", status=404)
+
+
 @csrf_exempt
-@require_POST
 def agent_events(request: HttpRequest, agent_id: str) -> HttpResponse:
+    if request.method != "POST":
+        response = JsonResponse(
+            {"errors": [{"loc": "method", "msg": f"{request.method} is not allowed; POST events"}]},
+            status=405,
+        )
+        response["Allow"] = "POST"
+        return response
     limit = settings.WEBHOOK_MAX_BODY_BYTES
     body = request.read(limit + 1)  # never buffer more than the limit
     try:
@@ -32,7 +50,8 @@ def agent_events(request: HttpRequest, agent_id: str) -> HttpResponse:
         if is_database_down(exc):
             return database_unavailable()
         raise
-    response = JsonResponse(reply.body, status=reply.status)
+    # Sorted keys: a replay (read back from jsonb, which orders keys its own way) is byte-equal.
+    response = JsonResponse(reply.body, status=reply.status, json_dumps_params={"sort_keys": True})
     for name, value in reply.headers.items():
         response[name] = value
     return response

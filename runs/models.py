@@ -26,6 +26,12 @@ class Run(models.Model):
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     imported = models.BooleanField(default=False, help_text="Recorded from a past run's events.")
+    declaration = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="The canonical digest of the tasks run.started declared (a re-send is a no-op).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["fleet", "key"], name="run_key_per_fleet")]

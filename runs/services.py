@@ -39,7 +39,14 @@ from runs.models import (
 
 
 def graph_digest(tasks: Sequence[TaskIn]) -> str:
-    canonical = json.dumps([t.model_dump() for t in tasks], sort_keys=True, separators=(",", ":"))
+    """The declared graph, whatever the order of its tasks and lists (they are sets)."""
+    specs = []
+    for task in sorted(tasks, key=lambda t: t.key):
+        spec = task.model_dump()
+        for name in ("prerequisites", "capabilities", "reads_state_of", "consumes"):
+            spec[name] = sorted(set(spec[name]))
+        specs.append(spec)
+    canonical = json.dumps(specs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -225,7 +232,8 @@ def reference_errors(*, fleet_id: int, partial: Partial) -> list[dict[str, str]]
 def run_start(context: Context, data: RunStarted) -> dict[str, Any]:
     existing = Run.objects.filter(fleet_id=context.sender.fleet_id, key=data.run).first()
     if existing is not None:
-        if stored_digest(existing) == graph_digest(data.tasks):
+        declared = existing.declaration or stored_digest(existing)
+        if declared == graph_digest(data.tasks):
             return {"run": existing.key, "created": False}
         raise Invalid(
             [error("data.tasks", f"run {data.run!r} was already declared with other tasks")], 409
@@ -238,6 +246,7 @@ def run_start(context: Context, data: RunStarted) -> dict[str, Any]:
         started_by=context.actor,
         started_at=context.at,
         imported=context.imported,
+        declaration=graph_digest(data.tasks),
     )
     add_tasks(context, run, data.tasks)
     scheduler.mark_changed(run, [t.key for t in data.tasks])

@@ -253,3 +253,39 @@ def test_the_demos_live_stories_happened_just_now(settings, tmp_path):
     # The past run keeps its own dates.
     assert Claim.objects.get(key="plan.customer-tier").posted_at.year == 2026
     assert Run.objects.get(key="tier-discounts").started_at.month == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("fleet_create", "f" * 101), "at most 100"),
+        (("agent_create", "acme", ""), "must not be empty"),
+        (("agent_create", "acme", "bad name!"), "may hold letters"),
+        (("agent_create", "acme", "a" * 101), "at most 100"),
+        (("agent_create", "acme", "ok", "--role", "r" * 101), "at most 100"),
+        (("member_add", "bad user name!", "--fleet", "acme", "--role", "reviewer"), "username"),
+        (("member_add", "u" * 151, "--fleet", "acme", "--role", "reviewer"), "at most 150"),
+        (("source_add", "acme", "command", "tests", ""), "must not be empty"),
+        (("source_add", "acme", "command", "", "pytest"), "must not be empty"),
+        (("source_add", "acme", "command", "tests", "pytest 'unclosed"), "cannot be split"),
+        (("source_add", "acme", "host", "h", "not a host/../x"), "not a host name"),
+        (("source_add", "acme", "host", "h", "https://api.example.com"), "not a host name"),
+        (("source_add", "acme", "host", "n" * 101, "api.example.com"), "at most 100"),
+    ],
+)
+def test_commands_refuse_values_that_do_not_fit_and_write_nothing(args, message):
+    run_command("fleet_create", "acme")
+    before = (Fleet.objects.count(), Agent.objects.count(), VerificationSource.objects.count())
+    users = get_user_model().objects.count()
+    with pytest.raises(CommandError, match=message):
+        run_command(*args)
+    after = (Fleet.objects.count(), Agent.objects.count(), VerificationSource.objects.count())
+    assert after == before
+    assert get_user_model().objects.count() == users
+
+
+def test_source_add_takes_a_host_with_a_port_or_an_address():
+    run_command("fleet_create", "acme")
+    for value in ("api.example.com", "127.0.0.1:8080", "[::1]:8443", "localhost"):
+        assert run_command("source_add", "acme", "host", value.replace(":", "-"), value)
+    assert VerificationSource.objects.filter(kind="host").count() == 4

@@ -650,3 +650,115 @@ def test_the_response_body_is_json_errors_for_every_refusal(planner):
     response = planner.post_raw(body, planner.headers(body))
     assert response["Content-Type"] == "application/json"
     assert {"timestamp", "data"} <= set(errors_of(response))
+
+
+@pytest.mark.parametrize(
+    ("data", "loc"),
+    [
+        ({"run": "r1", "title": "t" * 301, "tasks": [task("a")]}, "data.title"),
+        ({"run": "r1", "tasks": [task("a", title="t" * 301)]}, "data.tasks.0.title"),
+        ({"run": "r1", "tasks": [task("a", transaction="g" * 101)]}, "data.tasks.0.transaction"),
+        (
+            {"run": "r1", "tasks": [task("a", capabilities=["c" * 101])]},
+            "data.tasks.0.capabilities.0",
+        ),
+        ({"run": "r/1", "tasks": [task("a")]}, "data.run"),
+        ({"run": "r1", "tasks": [task("a/b")]}, "data.tasks.0.key"),
+    ],
+)
+def test_a_value_longer_than_its_column_or_unfit_for_a_url_is_422_naming_it(
+    planner, coder, data, loc
+):
+    response = planner.post("run.started", data)
+    assert response.status_code == 422, response.content
+    assert loc in [e["loc"] for e in response.json()["errors"]]
+    assert not Run.objects.exists()
+
+
+def test_an_over_long_capability_artifact_or_failure_field_is_422_not_500(planner, coder):
+    response = planner.post(
+        "capability.changed", {"capability": "c" * 101, "status": "down", "reason": "r"}
+    )
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["loc"] == "data.capability"
+    start(planner)
+    planner.post("task.started", {"run": "r1", "task": "a", "agent": "coder",
+                                  "attempt": {"prompt_hash": "p", "context_hash": "c"}})  # fmt: skip
+    response = coder.post(
+        "task.finished",
+        {"run": "r1", "task": "a", "outcome": "failed",
+         "failure": {"kind": "transient", "signature": "s", "capability": "c" * 101},
+         "artifacts": [{"kind": "k" * 51, "ref": "PR 1"}]},
+    )  # fmt: skip
+    assert response.status_code == 422
+    locs = {e["loc"] for e in response.json()["errors"]}
+    assert {"data.failure.capability", "data.artifacts.0.kind"} <= locs
+    assert Task.objects.get(key="a").state == "running"
+
+
+def test_a_field_sent_twice_in_one_object_is_422_naming_each(planner, coder):
+    body = (
+        b'{"type": "run.started", "timestamp": "2026-12-02T10:00:00Z", "data": '
+        b'{"run": "r1", "run": "r2", "tasks": [{"key": "a", "key": "b", "agent": "coder"}]}}'
+    )
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 422
+    assert [e["loc"] for e in response.json()["errors"]] == ["data.run", "data.tasks.0.key"]
+    assert "more than once" in response.json()["errors"][0]["msg"]
+    assert not Run.objects.exists()
+
+
+def test_an_envelope_naming_an_agent_is_refused_pointing_at_data_agent(planner, coder):
+    body = json.dumps(
+        {"type": "run.started", "timestamp": "2026-12-02T10:00:00Z", "agent": "coder",
+         "data": {"run": "r1", "tasks": [task("a")]}}
+    ).encode()  # fmt: skip
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 422
+    error = response.json()["errors"][0]
+    assert error["loc"] == "agent" and "data.agent" in error["msg"]
+    assert not Run.objects.exists()
+
+
+def test_the_same_declaration_in_another_order_or_with_repeats_is_a_no_op(planner, coder):
+    tasks = [task("a"), task("b", prerequisites=["a", "a"], capabilities=["x", "y"])]
+    assert start(planner, tasks=tasks).status_code == 202
+    again = [task("b", prerequisites=["a"], capabilities=["y", "x"]), task("a")]
+    response = start(planner, tasks=again)
+    assert response.status_code == 202, response.json()
+    assert response.json()["created"] is False
+    assert start(planner, tasks=tasks).json()["created"] is False
+
+
+def test_the_first_declaration_again_after_tasks_were_added_is_a_no_op(planner, coder):
+    assert start(planner).status_code == 202
+    added = planner.post("tasks.added", {"run": "r1", "tasks": [task("c", prerequisites=["b"])]})
+    assert added.status_code == 202
+    response = start(planner)
+    assert response.status_code == 202, response.json()
+    assert response.json()["created"] is False
+    assert start(planner, tasks=[task("a")]).status_code == 409
+
+
+def test_a_replay_is_byte_for_byte_the_first_response(planner, coder):
+    body = planner.body("run.started", {"run": "r1", "tasks": [task("a")]})
+    headers = planner.headers(body, webhook_id="msg_bytes")
+    first = planner.post_raw(body, headers)
+    again = planner.post_raw(body, planner.headers(body, webhook_id="msg_bytes"))
+    assert first.status_code == again.status_code == 202
+    assert first.content == again.content
+
+
+def test_a_get_on_the_webhook_is_a_json_405(planner, client):
+    response = client.get(planner.path)
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response.json()["errors"][0]["loc"] == "method"
+
+
+def test_an_unknown_api_path_is_a_json_404(client):
+    response = client.get("/api/v1/nothing/here")
+    assert response.status_code == 404
+    assert response.json()["errors"][0]["loc"] == "path"
+    assert client.get("/no-such-page/").status_code == 404
+    assert b"Nothing here" in client.get("/no-such-page/").content

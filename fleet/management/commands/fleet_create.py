@@ -22,7 +22,10 @@ class Command(BaseCommand):
                 URLValidator(schemes=["http", "https"])(callback_url)
         except ValidationError as exc:
             raise CommandError(f"{exc.messages[0]} ({callback_url or name})") from exc
-        fleet = services.fleet_create(name=name, callback_url=callback_url)
+        try:
+            fleet = services.fleet_create(name=name, callback_url=callback_url)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         emit(
             self,
             {

@@ -1,6 +1,6 @@
 """member_add USERNAME --fleet FLEET --role reviewer|manager."""
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from fleet import services
 from fleet.management.commands._output import emit, fleet_named
@@ -16,7 +16,12 @@ class Command(BaseCommand):
         parser.add_argument("--role", required=True, choices=Membership.Role.values)
 
     def handle(self, *args, username: str, fleet: str, role: str, **options):  # type: ignore[no-untyped-def]
-        user, password = services.member_add(username=username, fleet=fleet_named(fleet), role=role)
+        try:
+            user, password = services.member_add(
+                username=username, fleet=fleet_named(fleet), role=role
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         emit(
             self,
             {"username": user.get_username(), "fleet": fleet, "role": role, "password": password},

@@ -9,7 +9,6 @@ content, so importing the same file again applies nothing twice.
 """
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from fleet import intake
-from fleet.events import Invalid, parse
+from fleet.events import Invalid, loads, parse
 from fleet.management.commands._output import emit, fleet_named
 from fleet.models import Agent, Event, Fleet
 
@@ -80,7 +79,10 @@ def read(fleet: Fleet, content: bytes, report: Report) -> list[Line]:
             report.fail(number, [{"loc": "body", "msg": f"larger than the limit of {limit} bytes"}])
             continue
         try:
-            raw = json.loads(body)
+            raw = loads(body)
+        except Invalid as exc:
+            report.fail(number, exc.errors)
+            continue
         except ValueError as exc:
             report.fail(number, [{"loc": "body", "msg": f"not valid JSON: {exc}"}])
             continue
@@ -96,7 +98,7 @@ def read(fleet: Fleet, content: bytes, report: Report) -> list[Line]:
         elif agent is None:
             errors.append({"loc": "agent", "msg": f"no agent {name!r} in fleet {fleet.name!r}"})
         try:
-            _, data = parse(raw)
+            _, data = parse(raw, imported=True)
         except Invalid as exc:
             errors += exc.errors
         if errors or agent is None:
