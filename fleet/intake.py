@@ -16,7 +16,7 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from fleet import signing
-from fleet.events import Invalid, Partial, Strict, error, loads, parse
+from fleet.events import Invalid, Partial, Strict, error, loads, parse, partial_of
 from fleet.models import Agent, Event, SigningKey
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,17 @@ def actor_for(sender: Agent, data: Strict) -> Agent:
     return actor
 
 
+def actor_errors(sender: Agent, name: object) -> list[dict[str, str]]:
+    """Whom a refused event's data.agent names, checked beside its other errors."""
+    if not isinstance(name, str) or name == sender.name:
+        return []
+    if not sender.is_orchestrator:
+        return [error("data.agent", "only an orchestrator may act as another agent")]
+    if not Agent.objects.filter(fleet_id=sender.fleet_id, name=name).exists():
+        return [error("data.agent", f"no agent {name!r} in this fleet")]
+    return []
+
+
 def event_time(stamp: datetime) -> datetime:
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
@@ -186,12 +197,23 @@ def apply(
         errors = exc.errors
         if exc.partial is not None:
             named = {e["loc"] for e in errors}
-            more = reference_errors(agent, exc.partial)
+            more = actor_errors(agent, exc.partial.fields.get("agent"))
+            more += reference_errors(agent, exc.partial)
             errors = errors + [e for e in more if e["loc"] not in named]
+        return Reply(exc.status, {"errors": errors})
+    try:
+        actor = actor_for(agent, data)
+    except Invalid as exc:
+        previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
+        if previous is not None:
+            return replay(previous, digest)
+        errors = exc.errors
+        if exc.status == 422:  # an unknown agent: name the other bad references with it
+            errors += reference_errors(agent, partial_of(envelope.type, envelope.data, data, []))
         return Reply(exc.status, {"errors": errors})
     for _ in range(2):
         try:
-            return _apply_once(agent, webhook_id, digest, envelope, data, imported)
+            return _apply_once(agent, actor, webhook_id, digest, envelope, data, imported)
         except IntegrityError:
             previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
             if previous is not None:
@@ -201,7 +223,13 @@ def apply(
 
 
 def _apply_once(
-    agent: Agent, webhook_id: str, digest: str, envelope: Any, data: Strict, imported: bool
+    agent: Agent,
+    actor: Agent,
+    webhook_id: str,
+    digest: str,
+    envelope: Any,
+    data: Strict,
+    imported: bool,
 ) -> Reply:
     try:
         with transaction.atomic():
@@ -218,7 +246,6 @@ def _apply_once(
                 response={},
             )
             event.save(force_insert=True)
-            actor = actor_for(agent, data)
             context = Context(sender=agent, actor=actor, at=event.occurred_at, imported=imported)
             extra = handlers()[envelope.type](context, data)
             response = {"event": str(event.pk), "type": envelope.type, **extra}

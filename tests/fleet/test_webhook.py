@@ -762,3 +762,18 @@ def test_an_unknown_api_path_is_a_json_404(client):
     assert response.json()["errors"][0]["loc"] == "path"
     assert client.get("/no-such-page/").status_code == 404
     assert b"Nothing here" in client.get("/no-such-page/").content
+
+
+def test_an_unknown_acting_agent_is_named_with_the_other_bad_references(planner, coder):
+    start(planner)
+    attempt = {"prompt_hash": "p", "context_hash": "c"}
+    response = planner.post(
+        "task.started", {"run": "r1", "task": "zz", "agent": "ghost", "attempt": attempt}
+    )
+    assert response.status_code == 422
+    assert {e["loc"] for e in response.json()["errors"]} == {"data.agent", "data.task"}
+    response = planner.post(
+        "task.finished", {"run": "r1", "task": "a", "agent": "ghost", "outcome": "maybe"}
+    )
+    assert response.status_code == 422
+    assert {e["loc"] for e in response.json()["errors"]} == {"data.agent", "data.outcome"}
