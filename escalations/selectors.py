@@ -124,13 +124,15 @@ def handoffs_for(run: Run, *, now: datetime | None = None) -> list[dict[str, Any
 
 
 def handoffs_for_fleet(
-    fleet_ids: Sequence[int], *, now: datetime | None = None
+    fleet_ids: Sequence[int], *, since: datetime | None = None, now: datetime | None = None
 ) -> list[dict[str, Any]]:
-    """The handoffs of every run of the fleets, merged per fleet and (producer, consumer).
-
-    The median is over every claim that crossed, across runs. Rows carry `fleet` (its name).
+    """The handoffs of every run of the fleets (started since `since`), merged per fleet and
+    (producer, consumer). The median is over every claim that crossed, across runs. Rows carry
+    `fleet` (its name).
     """
     runs = Run.objects.filter(fleet_id__in=list(fleet_ids))
+    if since is not None:
+        runs = runs.filter(started_at__gte=since)
     claims = Claim.objects.filter(run__in=runs)
 
     def key(run_id: int, name: str) -> str:

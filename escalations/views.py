@@ -598,7 +598,7 @@ def report_data(request: HtmxHttpRequest) -> dict[str, Any]:
     return {
         **scope,
         "runs": runs,
-        "handoffs": selectors.handoffs_for_fleet(ids, now=now) if ids else [],
+        "handoffs": selectors.handoffs_for_fleet(ids, since=scope["since"], now=now) if ids else [],
         "health": selectors.escalation_health(ids, since=scope["since"], runs=runs),
         "retries": selectors.retry_rows(ids, since=scope["since"]),
         "chart": {

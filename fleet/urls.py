@@ -7,6 +7,7 @@ from fleet import views
 from fleet.api import api
 
 handler404 = "fleet.views.not_found"
+handler403 = "fleet.views.permission_denied"
 
 urlpatterns = [
     path("hooks/v1/agents/<str:agent_id>/events", views.agent_events, name="agent-events"),

@@ -1,5 +1,7 @@
 """HTTP endpoints of the fleet: the agent webhook, the health checks, capabilities, deliveries."""
 
+import json
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -20,12 +22,43 @@ def machine_facing(request: HttpRequest) -> bool:
     return request.path.startswith(("/api/", "/hooks/"))
 
 
+def refused_in_place(status: int, message: str) -> HttpResponse:
+    """An htmx request refused outside its view: say why and swap nothing, so nothing the
+    reviewer typed is lost and no whole page lands inside a row (desk.js shows the message)."""
+    response = HttpResponse(status=status)
+    response["HX-Reswap"] = "none"
+    response["HX-Trigger"] = json.dumps({"bulkhead:refused": {"message": message}})
+    return response
+
+
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Agents get the JSON error body on an unknown path; people get the page."""
     if machine_facing(request):
         msg = f"no endpoint {request.path!r}; see /api/v1/openapi.json and DESIGN section 3"
         return JsonResponse({"errors": [{"loc": "path", "msg": msg}]}, status=404)
+    if request.headers.get("HX-Request") == "true":
+        return refused_in_place(
+            404, "That is gone, or belongs to a fleet you are not a member of. Reload the page."
+        )
     return render(request, "404.html", status=404)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if request.headers.get("HX-Request") == "true":
+        return refused_in_place(403, "You may not do that here. Nothing was changed.")
+    return render(request, "403.html", status=403)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A form sent without a valid token: nothing changed; an htmx form keeps what was typed."""
+    if request.headers.get("HX-Request") == "true":
+        return refused_in_place(
+            403,
+            "This page's security token has expired (you signed in again elsewhere?). Nothing "
+            "was changed and what you typed is still here: reload the page in another tab, "
+            "then send it again.",
+        )
+    return render(request, "403_csrf.html", status=403)
 
 
 @csrf_exempt

@@ -286,6 +286,13 @@ def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
             [error("data.task", f"task {task.key!r} is {task.state}, not pending")], status=409
         )
     consumes = list(dict.fromkeys([*task.consumes, *data.consumes]))
+    if not context.imported and run.state != Run.State.RUNNING:
+        # A run that is over starts nothing more: its frontier is empty whatever the tasks allow.
+        raise Invalid(
+            [error("data.run", f"run {run.key!r} has {run.state}; it starts nothing more")]
+            + [error("blockers", f"run:{run.state}")],
+            status=409,
+        )
     if not context.imported:
         blockers = scheduler.blockers_of(run, task, extra_consumes=data.consumes)
         if blockers:

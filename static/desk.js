@@ -99,6 +99,21 @@
     }
   });
 
+  // Every htmx request carries the current CSRF token: signing in again (in another tab)
+  // rotates it, and the one the page was rendered with would be refused.
+  document.addEventListener("htmx:configRequest", function (event) {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (match) event.detail.headers["X-CSRFToken"] = decodeURIComponent(match[1]);
+  });
+
+  // A request refused outside its view swaps nothing (what was typed stays) and says why here.
+  document.addEventListener("bulkhead:refused", function (event) {
+    var box = document.getElementById("refused");
+    if (!box) return;
+    box.textContent = (event.detail && event.detail.message) || "That was refused.";
+    box.hidden = false;
+  });
+
   // A row gets selected when its link is focused by Tab or clicked.
   document.addEventListener("focusin", function (event) {
     var row = event.target && event.target.closest ? event.target.closest("#queue tr.row") : null;

@@ -219,6 +219,12 @@ def test_the_window_leaves_out_older_runs(all_green, carol):
 
 
 @pytest.mark.django_db
+def test_the_window_leaves_out_older_runs_handoffs_too(all_green, carol):
+    assert rows_of(signed_in(carol).get("/reports/handoffs.csv?days=all")) != []
+    assert rows_of(signed_in(carol).get("/reports/handoffs.csv?days=7")) == []
+
+
+@pytest.mark.django_db
 def test_without_a_window_the_reports_cover_all_of_history(all_green, carol):
     assert len(rows_of(signed_in(carol).get("/reports/runs.csv"))) == 1
     assert "tier-discounts" in signed_in(carol).get("/reports/").content.decode()

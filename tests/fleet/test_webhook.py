@@ -777,3 +777,15 @@ def test_an_unknown_acting_agent_is_named_with_the_other_bad_references(planner,
     )
     assert response.status_code == 422
     assert {e["loc"] for e in response.json()["errors"]} == {"data.agent", "data.outcome"}
+
+
+def test_no_task_starts_in_a_run_that_is_over(planner, coder):
+    start(planner, tasks=[task("a"), task("side")])
+    Run.objects.filter(key="r1").update(state="failed")  # say an abort failed it
+    response = coder.post(
+        "task.started",
+        {"run": "r1", "task": "side", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
+    )
+    assert response.status_code == 409
+    assert {"loc": "blockers", "msg": "run:failed"} in response.json()["errors"]
+    assert Task.objects.get(key="side").state == "pending"
