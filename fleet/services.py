@@ -88,8 +88,13 @@ def fleet_create(*, name: str, callback_url: str = "") -> Fleet:
         raise ValueError(f"the callback URL is {len(callback_url)} characters; at most 1000")
     fleet, _ = Fleet.objects.get_or_create(name=name, defaults={"callback_url": callback_url})
     if callback_url and fleet.callback_url != callback_url:
+        # A new endpoint: one that answered 410 Gone before it no longer holds it disabled.
         fleet.callback_url = callback_url
-        fleet.save(update_fields=["callback_url"])
+        fleet.callback_disabled_at = None
+        fleet.callback_disabled_reason = ""
+        fleet.save(
+            update_fields=["callback_url", "callback_disabled_at", "callback_disabled_reason"]
+        )
     return fleet
 
 

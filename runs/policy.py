@@ -27,7 +27,7 @@ from typing import Any, Final
 
 FAILURE_KINDS: Final = ("transient", "reasoning", "spec", "environment", "error")
 OUTCOMES: Final = ("succeeded", "failed")
-ACTIONS: Final = ("retry", "reframe", "reroute", "escalate", "resume")
+ACTIONS: Final = ("retry", "reframe", "reroute", "escalate", "resume", "abort")
 BACKGROUND_ACTIONS: Final = ("resume", "carry_on", "none")
 TOOL: Final = "tool:"
 
@@ -149,8 +149,13 @@ def decide(
     recent_capability_failures: int,
     now: datetime,
     rng: random.Random | int,
+    tool: str | None = None,
 ) -> Decision:
-    """What happens after the task's last attempt failed (attempts oldest first)."""
+    """What happens after the task's last attempt failed (attempts oldest first).
+
+    `tool` names the deterministic tool the task is assigned to: its transient failures are
+    retried like any other, but past its budget nothing is left to change ("abort": the run fails).
+    """
     if not attempts:
         raise ValueError("decide needs the attempt that failed")
     last = attempts[-1]
@@ -161,9 +166,10 @@ def decide(
     preface = ""
     trip: str | None = None
     if failure is not None and failure.kind == "transient":
-        trip = _breaker(failure, recent_capability_failures, config)
-        breaker = _breaker_sentence(trip, recent_capability_failures, config)
         spent = _budget_spent(budget, config)
+        task_spent = budget.task_retries_used >= config.task_budget
+        trip = _breaker(failure, recent_capability_failures, config, task_spent=task_spent)
+        breaker = _breaker_sentence(trip, recent_capability_failures, config)
         if spent is None:
             delay = backoff_delay(_transient_streak(attempts), config, rng)
             return Decision(
@@ -183,6 +189,14 @@ def decide(
             f"{spent}, so it is not retried with the same context.{breaker} "
         )
 
+    if tool is not None:
+        return Decision(
+            action="abort",
+            reason=preface
+            + f"Fail the run: the task is assigned to the deterministic tool {tool}, which is "
+            "neither reframed nor rerouted; nothing is left for the policy to change.",
+            trip_capability=trip,
+        )
     decision = _after_retry(attempts, ground_truth, alternatives, tools)
     return replace(decision, reason=preface + decision.reason, trip_capability=trip)
 
@@ -400,8 +414,12 @@ def _budget_spent(budget: Budget, config: RetryConfig) -> str | None:
     return " and ".join(spent) or None
 
 
-def _breaker(failure: Failure, recent: int, config: RetryConfig) -> str | None:
-    if failure.capability and recent >= config.breaker_threshold:
+def _breaker(
+    failure: Failure, recent: int, config: RetryConfig, *, task_spent: bool = False
+) -> str | None:
+    """The capability to mark down: failures naming it reached the threshold, or the task spent
+    its retries on it (slow failures that the window never holds enough of)."""
+    if failure.capability and (recent >= config.breaker_threshold or task_spent):
         return failure.capability
     return None
 
@@ -409,11 +427,15 @@ def _breaker(failure: Failure, recent: int, config: RetryConfig) -> str | None:
 def _breaker_sentence(trip: str | None, recent: int, config: RetryConfig) -> str:
     if trip is None:
         return ""
+    why = (
+        f"{recent} transient failures named capability {trip} within "
+        f"{_duration(config.breaker_window_s)} (threshold {config.breaker_threshold})"
+        if recent >= config.breaker_threshold
+        else f"the task's retries are spent on transient failures naming capability {trip}"
+    )
     return (
-        f" Circuit breaker: {recent} transient failures named capability {trip} within "
-        f"{_duration(config.breaker_window_s)} (threshold {config.breaker_threshold}), so {trip} "
-        f"is marked down and the scheduler holds the work that needs it (capability:{trip}) "
-        "until it is back."
+        f" Circuit breaker: {why}, so {trip} is marked down and the scheduler holds the work "
+        f"that needs it (capability:{trip}) until it is back."
     )
 
 

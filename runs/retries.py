@@ -57,6 +57,8 @@ def after_attempt(attempt_id: int) -> Decision | None:
             or Decision.objects.filter(attempt=attempt).exists()
             or task.attempts.filter(number__gt=attempt.number).exists()
         ):
+            if attempt.outcome == Attempt.Outcome.SUCCEEDED and run.state != Run.State.RUNNING:
+                stand(task, attempt)  # a run that is over resumes nothing: the outcome stands
             return None
         now = timezone.now()
         carried: Decision | None = None
@@ -82,7 +84,8 @@ def after_attempt(attempt_id: int) -> Decision | None:
                     run, task, attempt, now, action="carry_on", reason=background.reason
                 )
         if attempt.outcome != Attempt.Outcome.FAILED:
-            scheduler.mark_changed(run, [task.key])  # the outcome stands: it succeeded
+            stand(task, attempt)  # the outcome stands: it succeeded
+            scheduler.mark_changed(run, [task.key])
             return carried
         return decide_failure(run, task, attempt, now)
 
@@ -195,8 +198,8 @@ def decide_failure(
     # A later failure names the killed work ahead of its own cause, here and in run.failed.
     named = f"{cause}. " if killed else ""
 
-    if task.agent.is_tool or attempt.agent.is_tool:
-        tool = task.agent if task.agent.is_tool else attempt.agent
+    tool = task.agent if task.agent.is_tool else attempt.agent if attempt.agent.is_tool else None
+    if tool is not None and (override is not None or attempt.failure_kind != "transient"):
         decision = record(
             run,
             task,
@@ -246,11 +249,15 @@ def decide_failure(
         recent_capability_failures=breaker,
         now=now,
         rng=random.Random(),
+        tool=tool.name if tool is not None else None,
     )
     decision = record(
         run, task, attempt, now, action=result.action, reason=named + result.reason, result=result
     )
     carry_out(decision, run, task, attempt, now, breaker=breaker)
+    if decision.action == Decision.Action.ABORT:
+        fail_run(run, task, cause=cause, now=now)
+        scheduler.mark_changed(run, [task.key])
     return decision
 
 
@@ -355,6 +362,14 @@ def schedule(decision: Decision, now: datetime) -> None:
     transaction.on_commit(lambda: act_on_decision.apply_async((decision_id,), countdown=delay))
 
 
+def stand(task: Task, attempt: Attempt) -> None:
+    """A succeeded attempt that left killed background work, not resumed: the task succeeded."""
+    if task.state == Task.State.RUNNING:
+        task.state = Task.State.SUCCEEDED
+        task.finished_at = attempt.finished_at
+        task.save(update_fields=["state", "finished_at"])
+
+
 def back_to_pending(task: Task) -> None:
     task.state = Task.State.PENDING
     task.ready = False
@@ -371,15 +386,17 @@ def trip(decision: Decision, run: Run, task: Task, failures: int, now: datetime)
     from fleet.services import capability_change
 
     config = retry_config()
+    why = (
+        f"{failures} transient failures named it within {config.breaker_window_s:.0f}s "
+        f"(threshold {config.breaker_threshold})"
+        if failures >= config.breaker_threshold
+        else "a task's retries are spent on transient failures naming it"
+    )
     capability_change(
         fleet=run.fleet,
         name=decision.trip_capability,
         status=Capability.Status.DOWN,
-        reason=(
-            f"circuit breaker: {failures} transient failures named it within "
-            f"{config.breaker_window_s:.0f}s (threshold {config.breaker_threshold}); "
-            f"tripped by {run.key}/{task.key}"
-        )[:500],
+        reason=f"circuit breaker: {why}; tripped by {run.key}/{task.key}"[:500],
         role=None,
         by=BREAKER,
         at=now,

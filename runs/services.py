@@ -487,6 +487,11 @@ def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
     if task.state != Task.State.RUNNING and not context.imported:
         raise Invalid([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
     attempt = task.attempts.order_by("-number").first()
+    if attempt is not None and attempt.outcome and not context.imported:
+        # It finished and waits for the policy's word on the background work it left running.
+        raise Invalid(
+            [error("data.task", f"task {task.key!r} attempt {attempt.number} has finished")], 409
+        )
     if attempt is None:
         if not context.imported:
             raise Invalid([error("data.task", f"task {task.key!r} has no attempt")], 409)
@@ -514,9 +519,15 @@ def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
             for a in data.artifacts
         ]
     )
-    task.state = Task.State.SUCCEEDED if data.outcome == "succeeded" else Task.State.FAILED
+    if data.outcome == "failed":
+        task.state = Task.State.FAILED
+    elif data.background_killed and not context.imported:
+        # It may be resumed: its success stands, and releases what follows, once the policy says.
+        task.state = Task.State.RUNNING
+    else:
+        task.state = Task.State.SUCCEEDED
     task.ready = False  # an imported finish may come without a start
-    task.finished_at = context.at
+    task.finished_at = context.at if task.state != Task.State.RUNNING else None
     task.save(update_fields=["state", "ready", "finished_at"])
     scheduler.after_finish(run, task, attempt, imported=context.imported)
     return {"run": run.key, "task": task.key, "state": task.state}

@@ -29,6 +29,23 @@ def test_fleet_create_prints_the_fleet_and_its_callback_secret():
     assert Fleet.objects.get(name="acme").callback_url == "https://hooks.example.com/bulkhead"
 
 
+def test_a_new_callback_url_enables_an_endpoint_that_a_410_disabled():
+    from django.utils import timezone
+
+    run_command("fleet_create", "acme", "--callback-url", "https://old.example.com/hook")
+    Fleet.objects.filter(name="acme").update(
+        callback_disabled_at=timezone.now(), callback_disabled_reason="410 Gone"
+    )
+    run_command("fleet_create", "acme", "--callback-url", "https://old.example.com/hook")
+    assert Fleet.objects.get(name="acme").callback_disabled_at is not None  # the same: still gone
+
+    printed = run_command("fleet_create", "acme", "--callback-url", "https://new.example.com/hook")
+
+    fleet = Fleet.objects.get(name="acme")
+    assert printed["callback_url"] == "https://new.example.com/hook"
+    assert (fleet.callback_disabled_at, fleet.callback_disabled_reason) == (None, "")
+
+
 def test_fleet_create_refuses_a_bad_name_or_url():
     with pytest.raises(CommandError, match="slug"):
         run_command("fleet_create", "not a slug")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import TestCase
 
 from fleet.models import Fleet
 from runs.models import Attempt, ProgressLine, Run, Task
@@ -243,3 +244,54 @@ def test_work_killed_in_two_tasks_is_named_in_order_each_once(hooked, planner, c
         "was killed, and docs session ended with a background task still running (mkdocs "
         "serve), which was killed, and a later step failed: open-pr: no PR found"
     )
+
+
+def test_nothing_downstream_may_start_while_the_resume_is_still_to_be_decided(
+    implement_run, coder, pr_tool, receiver, monkeypatch
+):
+    from runs import retries, tasks
+
+    held: list[int] = []
+    monkeypatch.setattr(tasks.after_attempt, "delay", held.append)  # the worker is slow today
+    leaves_work_running(coder, resumable=True)
+    # Until the policy has decided (it may resume it), the outcome does not stand.
+    assert state("implement") == "running"
+    assert not Task.objects.get(key="open-pr").ready
+    refused = start(pr_tool, "open-pr")
+    assert refused.status_code == 409, refused.json()
+    assert "prerequisite:implement" in str(refused.json())
+    again = coder.post(
+        "task.finished",
+        {"run": RUN, "task": "implement", "outcome": "failed",
+         "failure": {"kind": "reasoning", "signature": "s", "message": ""}},
+    )  # fmt: skip
+    assert again.status_code == 409  # the attempt has finished already
+    monkeypatch.undo()
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        retries.after_attempt(held[0])
+
+    assert last_decision("implement").action == "resume"
+    assert state("implement") == "pending"
+    assert sent(receiver, "task.ready", "open-pr") == []
+
+
+def test_a_succeeded_attempt_stands_once_its_killed_work_is_carried_on(
+    implement_run, coder, pr_tool, receiver, monkeypatch
+):
+    from runs import retries, tasks
+
+    held: list[int] = []
+    monkeypatch.setattr(tasks.after_attempt, "delay", held.append)
+    leaves_work_running(coder, resumable=False)
+    assert state("implement") == "running"
+    monkeypatch.undo()
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        retries.after_attempt(held[0])
+
+    assert last_decision("implement").action == "carry_on"
+    assert state("implement") == "succeeded"
+    assert Task.objects.get(key="implement").finished_at is not None
+    assert Task.objects.get(key="open-pr").ready
+    assert start(pr_tool, "open-pr").status_code == 202

@@ -747,7 +747,7 @@ def test_a_retry_waits_between_the_base_delay_and_the_jittered_cap(
 
 
 @given(situations())
-def test_it_trips_the_breaker_exactly_when_transient_failures_reach_the_threshold(
+def test_it_trips_the_breaker_exactly_when_transient_failures_reach_the_threshold_or_spend_the_budget(
     situation: dict[str, Any],
 ) -> None:
     last = situation["attempts"][-1]
@@ -757,7 +757,10 @@ def test_it_trips_the_breaker_exactly_when_transient_failures_reach_the_threshol
         last.failure.capability
         if is_transient(last)
         and last.failure is not None
-        and situation["recent_capability_failures"] >= situation["config"].breaker_threshold
+        and (
+            situation["recent_capability_failures"] >= situation["config"].breaker_threshold
+            or situation["budget"].task_retries_used >= situation["config"].task_budget
+        )
         else None
     )
     assert result.trip_capability == expected
@@ -835,3 +838,18 @@ def test_the_default_config_matches_the_contract() -> None:
 
     assert (defaults.task_budget, defaults.base_delay_s, defaults.max_delay_s) == (3, 30, 3600)
     assert (defaults.jitter, defaults.breaker_threshold, defaults.breaker_window_s) == (0.5, 3, 600)
+
+
+def test_a_task_whose_retries_are_spent_on_a_capability_hands_it_to_the_scheduler() -> None:
+    # Slow failures: the breaker's window never holds three of them, but the budget is spent.
+    result = decision(
+        attempt(4, "transient", "forge-503", capability="forge"), budget=Budget(3, 0, 9), recent=1
+    )
+
+    assert result.trip_capability == "forge"
+    assert result.not_before is None
+    assert (
+        "Circuit breaker: the task's retries are spent on transient failures naming capability "
+        "forge, so forge is marked down and the scheduler holds the work that needs it "
+        "(capability:forge) until it is back."
+    ) in result.reason

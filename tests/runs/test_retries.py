@@ -459,7 +459,7 @@ def test_a_failure_of_a_task_assigned_to_a_tool_fails_the_run_at_once(
     client, hooked, planner, coder, formatter, receiver
 ):
     planner.post("run.started", {"run": RUN, "tasks": [task("fmt", agent="formatter"), task("b")]})
-    attempt(formatter, "fmt", kind="transient", signature="exit-2", message="gofmt exited 2")
+    attempt(formatter, "fmt", kind="environment", signature="exit-2", message="gofmt exited 2")
 
     decision = last_decision("fmt")
     assert decision.action == "abort"
@@ -650,3 +650,60 @@ def test_deliveries_carry_the_notifications_of_a_decision_in_its_transaction(one
     retry = Delivery.objects.get(type="task.retry")
     assert retry.payload["data"]["not_before"] == last_decision("a").not_before.isoformat()
     assert retry.status == "delivered"
+
+
+def test_after_its_budget_slow_transient_failures_hand_the_task_to_the_scheduler(
+    hooked, planner, coder, receiver
+):
+    planner.post("run.started", {"run": RUN, "tasks": [task("push", capabilities=["forge"])]})
+    for minute in (0, 11, 22, 33):  # never three within the breaker's window
+        start(coder, "push")
+        coder.post(
+            "task.finished",
+            {"run": RUN, "task": "push", "outcome": "failed",
+             "failure": {"kind": "transient", "signature": "502", "capability": "forge"}},
+            timestamp=f"2026-12-02T10:{minute:02d}:00Z",
+        )  # fmt: skip
+        act_when_due(last_decision("push"))
+
+    after_budget = last_decision("push")
+    assert "retry budget is spent" in after_budget.reason
+    assert after_budget.trip_capability == "forge"
+    forge = Capability.objects.get(name="forge")
+    assert (forge.status, forge.changed_by) == ("down", retries.BREAKER)
+    assert "retries are spent" in forge.reason
+    assert open_codes("push") == {"capability:forge"}
+
+
+def test_a_transient_failure_of_a_tool_is_retried_not_the_end_of_the_run(
+    hooked, planner, coder, formatter, receiver
+):
+    planner.post("run.started", {"run": RUN, "tasks": [task("fmt", agent="formatter"), task("b")]})
+    attempt(formatter, "fmt", kind="transient", signature="forge-502", message="502 from forge")
+
+    retry = last_decision("fmt")
+    assert retry.action == "retry" and retry.not_before is not None
+    assert Run.objects.get(key=RUN).state == "running"
+    assert sent(receiver, "run.failed") == []
+    act_when_due(retry)
+    assert state("fmt") == "pending"
+
+
+def test_a_tool_whose_transient_retries_are_spent_fails_the_run(
+    hooked, planner, coder, formatter, receiver
+):
+    planner.post("run.started", {"run": RUN, "tasks": [task("fmt", agent="formatter"), task("b")]})
+    for _ in range(3):
+        attempt(formatter, "fmt", kind="transient", signature="timeout", message="timed out")
+        assert last_decision("fmt").action == "retry"
+        act_when_due(last_decision("fmt"))
+
+    attempt(formatter, "fmt", kind="transient", signature="timeout", message="timed out")
+
+    decision = last_decision("fmt")
+    assert decision.action == "abort"
+    assert "the task's retry budget is spent (3 of 3 used)" in decision.reason
+    assert "deterministic tool formatter" in decision.reason
+    run = Run.objects.get(key=RUN)
+    assert (run.state, run.cause) == ("failed", "fmt: timed out")
+    assert [f["cause"] for f in sent(receiver, "run.failed")] == ["fmt: timed out"]
