@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from ninja import NinjaAPI
+from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
@@ -44,6 +44,25 @@ api = NinjaAPI(
     urls_namespace="api",
     docs_url="/docs",
 )
+
+
+# Schemas: the error body every operation answers with.
+
+
+class ErrorItem(Schema):
+    loc: str = Field(description="authorization (401), path (404), or a parameter (422).")
+    msg: str
+
+
+class Errors(Schema):
+    """An error: 401 without a valid bearer token (or session), 404 for what is not visible,
+    422 for a malformed parameter."""
+
+    errors: list[ErrorItem]
+
+
+# An operation's documented errors, beside its 200: `response={200: Out, **ERRORS}`.
+ERRORS: dict[int, type[Schema]] = {401: Errors, 404: Errors}
 
 
 def problem(request: HttpRequest, status: int, loc: str, msg: str) -> HttpResponse:

@@ -6,8 +6,9 @@ from django.http import HttpRequest
 from ninja import Router
 from ninja.errors import HttpError
 
-from fleet.api import fleet_ids
+from fleet.api import ERRORS, fleet_ids
 from runs import context, scheduler, selectors
+from runs.api_schemas import ContextOut, FrontierOut, RunOut
 from runs.models import Run, Task
 
 router = Router(tags=["runs"])
@@ -21,13 +22,19 @@ def get_run(request: HttpRequest, key: str) -> Run:
 
 
 @router.get(
-    "/runs/{run}", summary="A run: tasks with state and blockers, claims, decisions, progress"
+    "/runs/{run}",
+    response={200: RunOut, **ERRORS},
+    summary="A run: tasks with state and blockers, claims, decisions, progress",
 )
 def run_detail(request: HttpRequest, run: str) -> dict[str, Any]:
     return selectors.run_detail(get_run(request, run))
 
 
-@router.get("/runs/{run}/frontier", summary="The run's safe ready frontier and its deferred tasks")
+@router.get(
+    "/runs/{run}/frontier",
+    response={200: FrontierOut, **ERRORS},
+    summary="The run's safe ready frontier and its deferred tasks",
+)
 def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
     found = get_run(request, run)
     result = scheduler.frontier_of(found)
@@ -41,7 +48,11 @@ def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
     }
 
 
-@router.get("/runs/{run}/tasks/{task}/context", summary="Ground truth for the task's next attempt")
+@router.get(
+    "/runs/{run}/tasks/{task}/context",
+    response={200: ContextOut, **ERRORS},
+    summary="Ground truth for the task's next attempt",
+)
 def task_context(request: HttpRequest, run: str, task: str) -> dict[str, Any]:
     found = (
         Task.objects.filter(run=get_run(request, run), key=task)
