@@ -155,6 +155,7 @@ def decide(
 
     `tool` names the deterministic tool the task is assigned to: its transient failures are
     retried like any other, but past its budget nothing is left to change ("abort": the run fails).
+    A task rerouted to a tool has had its reroute: its failure goes on to rule 5 (escalate).
     """
     if not attempts:
         raise ValueError("decide needs the attempt that failed")
@@ -189,7 +190,7 @@ def decide(
             f"{spent}, so it is not retried with the same context.{breaker} "
         )
 
-    if tool is not None:
+    if tool is not None and not any(a.rerouted for a in attempts):
         return Decision(
             action="abort",
             reason=preface

@@ -199,6 +199,10 @@ def decide_failure(
     named = f"{cause}. " if killed else ""
 
     tool = task.agent if task.agent.is_tool else attempt.agent if attempt.agent.is_tool else None
+    # A task rerouted to a tool has had its reroute: the policy escalates it (rule 5).
+    rerouted = Decision.objects.filter(task=task, action=Decision.Action.REROUTE).exists()
+    if tool is not None and rerouted:
+        tool = None
     if tool is not None and (override is not None or attempt.failure_kind != "transient"):
         decision = record(
             run,

@@ -853,3 +853,23 @@ def test_a_task_whose_retries_are_spent_on_a_capability_hands_it_to_the_schedule
         "forge, so forge is marked down and the scheduler holds the work that needs it "
         "(capability:forge) until it is back."
     ) in result.reason
+
+
+def test_a_tool_fails_the_run_unless_the_task_was_rerouted_to_it() -> None:
+    own = [attempt(1, "environment", "exit-2", agent="tool:gofmt")]
+    result = decide(
+        attempts=own, ground_truth=(), budget=ROOM, config=CONFIG, alternatives=(), tools=(),
+        recent_capability_failures=0, now=NOW, rng=random.Random(1), tool="gofmt",
+    )  # fmt: skip
+    assert result.action == "abort"
+
+    handed = [
+        attempt(1, prompt="p1"),
+        attempt(2, prompt="p2", reframed=True),
+        attempt(3, "environment", "exit-2", agent="tool:gofmt", prompt="p3", rerouted=True),
+    ]
+    result = decide(
+        attempts=handed, ground_truth=(), budget=ROOM, config=CONFIG, alternatives=(), tools=(),
+        recent_capability_failures=0, now=NOW, rng=random.Random(1), tool="gofmt",
+    )  # fmt: skip
+    assert result.action == "escalate"

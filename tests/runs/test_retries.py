@@ -412,6 +412,22 @@ def test_with_no_other_agent_of_the_role_the_task_goes_to_a_registered_tool(
     assert sent(receiver, "task.rerouted", "a")[0]["tool"] is True
 
 
+def test_a_task_rerouted_to_a_tool_that_fails_too_is_escalated_not_the_end_of_the_run(
+    one_task, coder, formatter, receiver
+):
+    attempt(coder, "a", prompt="p1", signature="lint")
+    attempt(coder, "a", prompt="p2", signature="lint-again")
+    assert last_decision("a").reroute_to == "tool:formatter"
+    attempt(formatter, "a", prompt="p3", kind="environment", signature="exit-2")
+
+    decision = last_decision("a")
+    assert [d.action for d in decisions("a")] == ["reframe", "reroute", "escalate"]
+    assert Task.objects.get(key="a").state == "escalated"
+    assert Run.objects.get(key=RUN).state == "running"
+    assert sent(receiver, "packet.requested", "a")[0]["agent"] == "formatter"
+    assert "rerouted" in decision.reason
+
+
 def test_with_nobody_to_reroute_to_a_reframed_failure_is_escalated(one_task, coder):
     attempt(coder, "a", prompt="p1", signature="s1")
     attempt(coder, "a", prompt="p2", signature="s2")
