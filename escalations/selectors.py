@@ -285,6 +285,7 @@ QUEUE_COLUMNS = (
     "task__agent__name",
     "run_id",
     "run__key",
+    "fleet_id",
     "fleet__name",
     "packet__smallest_unblocking_question",
 )
@@ -298,6 +299,15 @@ def visible_escalations(user: Any) -> QuerySet[Escalation]:
 # Where member_fleet_ids leaves the person's roles ({fleet id: role}) on the user for the rest
 # of the request, as Django's auth backend keeps permissions: the navigation reads them there.
 FLEET_ROLES = "_fleet_roles"
+
+
+def reviewed_fleet_ids(user: Any) -> set[int]:
+    """The fleets whose escalations the person acts on (a manager of a fleet only reads them)."""
+    roles = getattr(user, FLEET_ROLES, None)
+    if roles is None:
+        member_fleet_ids(user)
+        roles = getattr(user, FLEET_ROLES)
+    return {fleet for fleet, role in roles.items() if role == Membership.Role.REVIEWER}
 
 
 def member_fleet_ids(user: Any) -> list[int]:

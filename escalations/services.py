@@ -334,7 +334,8 @@ def escalation_answer(
     refuse_unless_running(run, "an answer cannot release anything; abort to close it.")
     if task.state != Task.State.ESCALATED:
         raise Refused(f"The task {task.key} is {task.state}, not waiting for an answer.")
-    answer_text = f"{option}: {text}" if option and text else (text or option)
+    # An option with a note is both; the option's own words typed again are just the option.
+    answer_text = f"{option}: {text}" if option and text and text != option else (text or option)
     try:
         with transaction.atomic():
             answer = Answer.objects.create(

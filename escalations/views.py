@@ -89,11 +89,19 @@ class SignInView(LoginView):
 
 def login_keys(request: HttpRequest) -> list[tuple[str, int]]:
     username = str(request.POST.get("username", "")).strip().lower()[:150]
-    address = request.META.get("REMOTE_ADDR", "")
     return [
         (f"login-failures:user:{username}", LOGIN_FAILURES),
-        (f"login-failures:address:{address}", LOGIN_FAILURES_PER_ADDRESS),
+        (f"login-failures:address:{client_address(request)}", LOGIN_FAILURES_PER_ADDRESS),
     ]
+
+
+def client_address(request: HttpRequest) -> str:
+    """Who is signing in. Behind the proxy every request comes from it: the client is the last
+    address it appended to X-Forwarded-For (earlier entries are the client's own say-so)."""
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if settings.BEHIND_PROXY and forwarded.strip():
+        return forwarded.split(",")[-1].strip()
+    return str(request.META.get("REMOTE_ADDR", ""))
 
 
 def failures(key: str) -> int:
@@ -138,6 +146,7 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
         "sorts": selectors.SORTS,
         "sort_label": selectors.SORTS[query.sort],
         "poll_seconds": poll_seconds(),
+        "reviewed": selectors.reviewed_fleet_ids(request.user),
         "here": url(query.params()),
         "urls": {
             # Polling asks for the same page: the reviewer keeps their place.
@@ -199,6 +208,7 @@ def claim_response(
         context = {
             "row": row,
             "error": told(error) if error else "",
+            "reviewed": selectors.reviewed_fleet_ids(request.user),
             "here": back_to(request, ""),
         }
         return render(
@@ -255,9 +265,20 @@ def outcome_context(escalation: Escalation) -> dict[str, Any]:
     return {"acted": title, "acted_details": details}
 
 
+def status_seen(escalation: Escalation, now: Any) -> str:
+    """What the status bar shows, in short: a poll that finds it unchanged swaps nothing, so
+    the reviewer's focus (say on "Claim it") stays where it was."""
+    claimed = services.claim_active(escalation, now)
+    until = (
+        escalation.claim_expires_at.isoformat() if claimed and escalation.claim_expires_at else ""
+    )
+    return f"{escalation.status}.{escalation.claimed_by_id if claimed else ''}.{until}"
+
+
 def packet_context(request: HtmxHttpRequest, escalation: Escalation) -> dict[str, Any]:
     now = timezone.now()
     return {
+        "seen": status_seen(escalation, now),
         "can_act": selectors.reviews(request.user, escalation.fleet_id),
         "escalation": escalation,
         "run": escalation.run,
@@ -360,6 +381,8 @@ def packet_status_response(
     context = packet_context(request, escalation)
     context["error"] = told(error) if error else ""
     done = escalation.status not in Escalation.OPEN_STATES
+    if request.method == "GET" and not done and request.GET.get("seen") == context["seen"]:
+        return HttpResponse(status=204)  # nothing changed: nothing to swap
     # 286 stops htmx polling: once someone has acted, nothing more will change here.
     status = 286 if done and request.method == "GET" else (error.status if error else 200)
     return render(request, "escalations/packet.html#status", context, status=status)

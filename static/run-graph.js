@@ -31,6 +31,11 @@
       d.caption = d.label + "\n" + d.state + (d.blockers.length ? "\n" + d.blockers.join("\n") : "");
       d.colour = COLOURS[d.state] || "#444";
       d.fill = FILLS[d.state] || "#fff";
+      // Sized from the caption (cytoscape's width: "label" is deprecated): 11px text, 10px padding.
+      var lines = d.caption.split("\n");
+      var longest = Math.max.apply(null, lines.map(function (l) { return l.length; }));
+      d.w = Math.round(longest * 6.4 + 20);
+      d.h = lines.length * 14 + 20;
     });
     var cy = cytoscape({
       container: container,
@@ -38,7 +43,6 @@
       autoungrabify: true,
       maxZoom: 1.25,
       minZoom: 0.2,
-      wheelSensitivity: 0.2,
       style: [
         {
           selector: "node",
@@ -52,9 +56,8 @@
             "text-valign": "center",
             "font-size": 11,
             color: "#1b1f24",
-            width: "label",
-            height: "label",
-            padding: "10px"
+            width: "data(w)",
+            height: "data(h)"
           }
         },
         { selector: 'node[state = "ready"]', style: { "border-width": 4, "border-style": "double" } },

@@ -99,4 +99,7 @@ def minutes(value: Any) -> str:
     """Minutes with one decimal, as blast radius reports them."""
     if value is None or value == "":
         return "—"
-    return f"{float(value):.1f} min"
+    value = float(value)
+    if value < 120:
+        return f"{value:.1f} min"
+    return f"{value:,.0f} min ({age(timedelta(minutes=value))})"  # 265,367 min is "184d 6h"

@@ -168,3 +168,24 @@ def test_a_manager_reads_the_packet_without_the_actions(desk, fleet, screens):
     expect()(page.get_by_role("textbox", name="Answer", exact=True)).to_have_count(0)
     carol.shot("15-manager-packet")
     assert carol.problems == []
+
+
+def test_an_answer_refused_for_its_security_token_keeps_what_was_typed(desk, screens):
+    escalation = desk.escalate()
+    alice = screens()
+    page = alice.page
+    alice.sign_in("alice", PASSWORD)
+    page.goto(f"/escalations/{escalation.pk}/")
+    answer = page.get_by_role("textbox", name="Answer", exact=True)
+    answer.fill("Use the loyalty_points threshold")
+    alice.context.clear_cookies(name="csrftoken")  # as a browser that dropped the cookie
+    page.get_by_role("button", name="Answer and release").click()
+
+    expect()(
+        page.get_by_role("alert").filter(has_text="security token has expired")
+    ).to_be_visible()
+    expect()(answer).to_have_value("Use the loyalty_points threshold")
+    expect()(page.get_by_role("button", name="Log out")).to_have_count(0)
+    expect()(page.get_by_role("heading", name="This form has expired")).to_have_count(0)
+    assert Escalation.objects.get(pk=escalation.pk).status == "open"
+    assert all("403" in problem for problem in alice.problems), alice.problems

@@ -141,6 +141,10 @@ def test_choosing_an_option_is_an_answer(desk, alice):
     both = desk.escalate("schema", run="second", options=OPTIONS)
     answer(signed_in(alice), both, option=OPTIONS[0], text="name it customer_tier")
     assert Answer.objects.get(escalation=both).text == f"{OPTIONS[0]}: name it customer_tier"
+    desk.run("third", tasks=[{"key": "again", "agent": "coder"}])
+    same = desk.escalate("again", run="third", options=OPTIONS)
+    answer(signed_in(alice), same, option=OPTIONS[0], text=OPTIONS[0])
+    assert Answer.objects.get(escalation=same).text == OPTIONS[0]  # not "X: X"
 
 
 @pytest.mark.parametrize(

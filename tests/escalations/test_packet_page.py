@@ -207,6 +207,21 @@ def test_the_status_poll_stops_once_someone_has_acted(desk, browser, fleet):
     assert "hx-trigger" not in done.content.decode()
 
 
+def test_a_status_poll_that_finds_nothing_changed_swaps_nothing(desk, browser, fleet):
+    escalation = desk.escalate()
+    page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    seen = re.search(r"hx-vals='\{\"seen\": \"([^\"]*)\"\}'", page).group(1)
+    url = f"/escalations/{escalation.pk}/status/"
+    same = browser.get(url, {"seen": seen}, HTTP_HX_REQUEST="true")
+    assert same.status_code == 204 and same.content == b""
+    bob = Client()
+    bob.force_login(member("bob", fleet))
+    bob.post(f"/escalations/{escalation.pk}/claim/")
+    changed = browser.get(url, {"seen": seen}, HTTP_HX_REQUEST="true")
+    assert changed.status_code == 200
+    assert "Claimed by bob" in changed.content.decode()
+
+
 # Reroute, return, abort
 
 

@@ -79,6 +79,19 @@ def test_repeated_failures_are_throttled_even_with_the_right_password(alice, bob
     assert other.status_code == 302
 
 
+def test_behind_the_proxy_an_address_is_throttled_by_the_client_not_the_proxy(alice, bob, settings):
+    from escalations.views import LOGIN_FAILURES_PER_ADDRESS
+
+    settings.BEHIND_PROXY = True
+    attacker = Client(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="1.2.3.4, 203.0.113.9")
+    for n in range(LOGIN_FAILURES_PER_ADDRESS):
+        attacker.post("/login/", {"username": f"nobody-{n}", "password": "nope"})
+    assert attacker.post("/login/", {"username": "alice", "password": PASSWORD}).status_code == 429
+    # Through the same proxy, another client signs in: the proxy's address is not the key.
+    other = Client(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.7")
+    assert other.post("/login/", {"username": "bob", "password": PASSWORD}).status_code == 302
+
+
 def test_the_sign_in_page_sends_someone_already_signed_in_to_the_queue(alice):
     browser = signed_in(alice)
     response = browser.get("/login/")

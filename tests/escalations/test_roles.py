@@ -56,6 +56,18 @@ def test_a_manager_reads_the_packet_with_a_note_instead_of_the_actions(desk, car
     assert "No reviewer has claimed it" in page
 
 
+def test_a_manager_sees_the_queue_without_claim_buttons_and_a_reviewer_with_them(
+    desk, carol, fleet
+):
+    escalation = desk.escalate()
+    row = f'id="esc-{escalation.pk}"'
+    read = signed_in(carol).get("/escalations/").content.decode()
+    assert row in read and f"/escalations/{escalation.pk}/claim/" not in read
+    alice = member("alice", fleet)
+    acting = signed_in(alice).get("/escalations/").content.decode()
+    assert f"/escalations/{escalation.pk}/claim/" in acting
+
+
 def test_a_managers_reading_is_not_the_first_look(desk, carol):
     escalation = desk.escalate()
     signed_in(carol).get(f"/escalations/{escalation.pk}/")

@@ -48,3 +48,13 @@ def test_the_time_filters_write_what_the_date_filter_writes(at, zone):
         django = rendered("{{ at|date:'c' }}|{{ at|date:'Y-m-d H:i:s e' }}", at=at)
     assert ours == django
     assert rendered("{{ nothing|isoformat }}{{ nothing|timestamp }}", nothing=None) == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(None, "—"), (2, "2.0 min"), (40.04, "40.0 min"), (265367.0, "265,367 min (184d 6h)")],
+)
+def test_minutes_stay_minutes_and_long_ones_say_how_long_that_is(value, shown):
+    from escalations.templatetags.desk import minutes
+
+    assert minutes(value) == shown
