@@ -1,6 +1,7 @@
 """The webhook's event envelope and the `data` of each event type (DESIGN section 3)."""
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -227,8 +228,13 @@ def pydantic_errors(exc: ValidationError, prefix: str) -> list[dict[str, str]]:
     return errors
 
 
+def _not_json(literal: str) -> None:
+    raise ValueError(f"{literal} is not a JSON value")
+
+
 def unstorable(value: object, loc: str = "") -> list[dict[str, str]]:
-    """Every string (key or value) the database cannot store: a NUL byte, an unpaired surrogate."""
+    """Every value the database cannot store: a NUL byte, an unpaired surrogate (in a key or a
+    string), a number outside the range of a double (1e999 reads as infinity)."""
     found: list[dict[str, str]] = []
     stack: list[tuple[object, str]] = [(value, loc)]
     while stack:
@@ -237,6 +243,8 @@ def unstorable(value: object, loc: str = "") -> list[dict[str, str]]:
             problem = _unstorable(item)
             if problem:
                 found.append(error(where or "body", problem))
+        elif isinstance(item, float) and not math.isfinite(item):
+            found.append(error(where or "body", "is a number outside the range of a double"))
         elif isinstance(item, dict):
             for key, child in item.items():
                 child_loc = f"{where}.{_printable(key)}" if where else _printable(key)
@@ -267,7 +275,8 @@ def _printable(text: str) -> str:
 
 
 def loads(text: str | bytes) -> object:
-    """JSON as sent; an object naming one field twice is refused (JSON would keep the last)."""
+    """JSON as sent (RFC 8259: NaN, Infinity and -Infinity are not JSON, though Python's reader
+    takes them); an object naming one field twice is refused (JSON would keep the last)."""
     repeated: dict[int, list[str]] = {}
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -276,7 +285,7 @@ def loads(text: str | bytes) -> object:
             repeated[id(obj)] = [k for k, n in Counter(k for k, _ in items).items() if n > 1]
         return obj
 
-    value = json.loads(text, object_pairs_hook=pairs)
+    value = json.loads(text, object_pairs_hook=pairs, parse_constant=_not_json)
     if repeated:
         found: list[dict[str, str]] = []
         stack: list[tuple[object, str]] = [(value, "")]

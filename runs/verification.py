@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -88,17 +89,36 @@ def as_evidence(row: Evidence) -> dict[str, Any]:
 
 
 def verify_claim(claim_id: int, *, with_limits: Limits | None = None) -> None:
-    """Re-check the claim's unjudged evidence against reality and record the verdicts."""
-    claim = Claim.objects.filter(pk=claim_id, verification_pending=True).select_related("run")
-    found = claim.first()
-    if found is None:
-        return  # gone, or already judged by an earlier run of this task
-    rows = list(unjudged(claim_id))
-    sources = sources_for(found.run.fleet_id) if rows else Sources()
-    verdicts = {
-        row.pk: verify(as_evidence(row), sources, limits=with_limits or limits()) for row in rows
-    }
-    record(claim_id, verdicts)
+    """Re-check the claim's unjudged evidence against reality and record the verdicts.
+
+    One re-check of a claim at a time: the reconciler re-enqueues every pending claim, and a
+    re-check (a test command) can outlast its period; a second copy run alongside in the same
+    workspace could see the first one's work and refute what it verifies. The copy that holds
+    the lease also judges evidence that arrived meanwhile; the lease expires with the task's
+    time limit, so a worker that died leaves the claim to the reconciler.
+    """
+    lease = f"verify-claim:{claim_id}"
+    if not cache.add(lease, "held", timeout=settings.CELERY_TASK_TIME_LIMIT):
+        return  # another worker is re-checking it now
+    try:
+        judged: set[int] = set()
+        while True:
+            claim = Claim.objects.filter(pk=claim_id, verification_pending=True)
+            found = claim.select_related("run").first()
+            if found is None:
+                return  # gone, or already judged by an earlier run of this task
+            rows = [row for row in unjudged(claim_id) if row.pk not in judged]
+            if judged and not rows:
+                return
+            sources = sources_for(found.run.fleet_id) if rows else Sources()
+            verdicts = {
+                row.pk: verify(as_evidence(row), sources, limits=with_limits or limits())
+                for row in rows
+            }
+            record(claim_id, verdicts)
+            judged.update(verdicts)
+    finally:
+        cache.delete(lease)
 
 
 @dataclass(frozen=True)

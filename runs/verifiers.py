@@ -228,7 +228,7 @@ def _single_reading_statement(query: str, dialect: Dialect) -> str:
             "was not run"
         )
     statement = statements[0]
-    keyword = _leading_keyword(statement)
+    keyword = _leading_keyword(statement, dialect)
     allowed = _READING_STATEMENTS[dialect]
     if keyword not in allowed:
         shown = keyword or statement[:20]
@@ -292,7 +292,6 @@ _IDENTIFIER_CHAR: Final = re.compile(r"[\w$\u0080-\U0010ffff]", re.ASCII)
 _DOLLAR_TAG: Final = re.compile(
     r"\$(?:[A-Za-z_\u0080-\U0010ffff][\w\u0080-\U0010ffff]*)?\$", re.ASCII
 )
-_LEADING_NOISE: Final = re.compile(r"(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/|\()*", re.DOTALL)
 
 
 def _is_identifier_char(text: str, i: int) -> bool:
@@ -343,10 +342,21 @@ def _skip_block_comment(text: str, i: int, *, nested: bool) -> int:
     raise ValueError("an unterminated /* comment */")
 
 
-def _leading_keyword(statement: str) -> str:
-    noise = _LEADING_NOISE.match(statement)
-    rest = statement[noise.end() :] if noise else statement
-    word = re.match(r"[A-Za-z_]+", rest)
+def _leading_keyword(statement: str, dialect: Dialect) -> str:
+    """The first word after whitespace, `(` and comments, read as `split_sql` reads them (nested
+    in PostgreSQL), so `/* /* */ SELECT */ DROP ...` starts with DROP, as the server sees it."""
+    i, n = 0, len(statement)
+    while i < n:
+        if statement[i].isspace() or statement[i] == "(":
+            i += 1
+        elif statement.startswith("--", i):
+            newline = statement.find("\n", i)
+            i = n if newline < 0 else newline + 1
+        elif statement.startswith("/*", i):
+            i = _skip_block_comment(statement, i, nested=dialect == "postgresql")
+        else:
+            break
+    word = re.match(r"[A-Za-z_]+", statement[i:])
     return word.group().upper() if word else ""
 
 
@@ -604,10 +614,11 @@ def _read_inside(name: str, directory: str, path: str, limits: Limits) -> str:
     except OSError as error:
         reason = f"could not open {path} in workspace {name!r}: {error.strerror}"
         raise _Unverifiable(reason) from None
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):  # a directory too: open() of it would raise
+        os.close(descriptor)
+        raise _Unverifiable(f"{path} in workspace {name!r} is not a regular file")
     with open(descriptor, "rb") as file:
-        status = os.fstat(file.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise _Unverifiable(f"{path} in workspace {name!r} is not a regular file")
         if status.st_size > limits.max_file_bytes:
             raise _Unverifiable(
                 f"{path} is {status.st_size} bytes; the verifier reads files of at most "

@@ -394,6 +394,36 @@ def test_an_unpaired_surrogate_anywhere_is_named_not_a_500(planner, coder):
     assert not Event.objects.filter(type="claim.posted").exists()
 
 
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_nan_or_infinity_in_a_payload_is_not_json_a_400_not_a_500(planner, coder, literal):
+    start(planner)
+    claim = {"key": "c", "statement": "s", "evidence": {
+        "kind": "query_result", "source": "SELECT 1", "payload_hash": "sha256:" + "0" * 64,
+        "payload": {"columns": ["x"], "rows": [[1.5]]}}}  # fmt: skip
+    body = coder.body("claim.posted", {"run": "r1", "task": "a", "claim": claim})
+    body = body.replace(b"1.5", literal.encode())  # Python's reader takes these; JSON has none
+    response = coder.post_raw(body, coder.headers(body))
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == [
+        {"loc": "body", "msg": f"not valid JSON: {literal} is not a JSON value"}
+    ]
+    assert not Event.objects.filter(type="claim.posted").exists()
+
+
+def test_a_number_too_large_for_a_double_is_named_not_a_500(planner, coder):
+    start(planner)
+    claim = {"key": "c", "statement": "s", "evidence": {
+        "kind": "query_result", "source": "SELECT 1", "payload_hash": "sha256:" + "0" * 64,
+        "payload": {"columns": ["x"], "rows": [[1.5]]}}}  # fmt: skip
+    body = coder.body("claim.posted", {"run": "r1", "task": "a", "claim": claim})
+    body = body.replace(b"1.5", b"1e999")
+    errors = errors_of(coder.post_raw(body, coder.headers(body)))
+    assert errors == {
+        "data.claim.evidence.payload.rows.0.0": "is a number outside the range of a double"
+    }
+    assert not Event.objects.filter(type="claim.posted").exists()
+
+
 def test_a_nul_byte_in_a_packet_is_named_with_the_packets_other_errors(planner, coder):
     start(planner)
     packet = {"task": "a", "tried": ["x\x00"], "evidence": []}

@@ -186,6 +186,26 @@ def test_every_malformed_line_is_named_before_anything_is_applied(seed, tmp_path
     assert not Event.objects.exists()
 
 
+def test_nan_or_a_number_too_large_in_a_line_is_named_not_stored(seed, tmp_path):
+    envelopes: list[dict | str] = list(lines_of())
+    # Line 6 carries the schema agent's evidence payload: NaN is not JSON, 1e999 no double.
+    envelopes[5] = json.dumps(lines_of()[5]).replace('"lines": [3, 3]', '"lines": [NaN, 3]')
+    envelopes[12] = json.dumps(lines_of()[12]).replace('"exit_code": 0', '"exit_code": 1e999')
+
+    message, printed = failing_import(write(tmp_path, envelopes))
+
+    assert printed["errors"] == [
+        {"line": 6, "loc": "body", "msg": "not valid JSON: NaN is not a JSON value"},
+        {
+            "line": 13,
+            "loc": "data.claim.evidence.payload.exit_code",
+            "msg": "is a number outside the range of a double",
+        },
+    ]
+    assert message.endswith("nothing of the file was imported")
+    assert not Event.objects.exists()
+
+
 def test_blank_lines_are_ignored(seed, tmp_path):
     path = tmp_path / "run.jsonl"
     path.write_text("\n\n" + ALL_GREEN_RUN.read_text().replace("\n", "\n\n"))

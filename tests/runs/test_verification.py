@@ -233,17 +233,11 @@ def test_the_replay_with_containment_reaches_1_agent_in_2_minutes(client, seed, 
 
 
 def test_the_planner_is_reframed_with_the_real_columns(client, seed, orders, handed_over):
-    """NEEDS THE RETRY WIRING: runs.retries.claim_refuted (another engineer's issue).
-
-    Until it returns a Decision this test xfails; once it does, it must reframe the plan with
-    the real columns as ground truth.
-    """
     plan_posts(seed)
     schema_checks(seed, "refuted", orders.columns_evidence(REAL_COLUMNS))
 
     assert len(handed_over) == 1
-    if handed_over[0].decision is None:
-        pytest.xfail("runs.retries.claim_refuted is not built yet: it returned no Decision")
+    assert handed_over[0].decision is not None, "the refutation decided nothing for the planner"
     decision = Decision.objects.get(pk=handed_over[0].decision.pk)
     assert (decision.task.key, decision.action) == ("plan", "reframe")
     assert any(
@@ -394,6 +388,38 @@ def test_two_workers_racing_record_one_verdict(seed, orders, handed_over, monkey
     assert Evidence.objects.filter(role="reality").count() == 1
     assert len(handed_over) == 1
     assert Claim.objects.get(pk=claim.pk).status == "refuted"
+
+
+def test_a_claim_being_re_checked_is_not_re_checked_again_alongside(
+    seed, orders, handed_over, monkeypatch
+):
+    """The reconciler re-enqueues every pending claim; a second copy of a slow re-check (a test
+    command) run alongside in the same workspace could refute what the first one verifies."""
+    monkeypatch.setattr("runs.scheduler.verify_after_commit", lambda claim: None)
+    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS))
+    real = verification.verify
+    running: list[int] = []
+    alongside: list[bool] = []  # per re-check: whether another one was running at the time
+
+    def slow(evidence: dict, sources: Any, *, limits: Any) -> Any:
+        alongside.append(bool(running))
+        running.append(1)
+        try:
+            if len(alongside) == 1:
+                verification.verify_claim(claim.pk)  # the reconciler's copy, while this one runs
+                schema_checks(seed, "verified", orders.columns_evidence(REAL_COLUMNS))
+            return real(evidence, sources, limits=limits)
+        finally:
+            running.pop()
+
+    monkeypatch.setattr(verification, "verify", slow)
+    verification.verify_claim(claim.pk)
+
+    # Never two at once: the claim's own evidence, then the check that arrived meanwhile.
+    assert alongside == [False, False]
+    claim.refresh_from_db()
+    assert claim.status == "verified" and not claim.verification_pending
+    assert not Evidence.objects.filter(claim=claim, role="check", verdict_reason="").exists()
 
 
 def test_a_claim_that_is_gone_is_not_verified(db):

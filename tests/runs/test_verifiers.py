@@ -431,6 +431,28 @@ def test_the_row_cap_stops_reading_on_postgresql(crm_postgresql: str) -> None:
     assert_unverified(verdict, "more than 10 rows")
 
 
+@pytest.mark.parametrize(
+    ("query", "dialect", "keyword"),
+    [
+        # PostgreSQL nests comments: the server reads DROP where a flat reading sees SELECT.
+        ("/* /* */ SELECT */ DROP TABLE customers", "postgresql", "'DROP'"),
+        ("-- SELECT\n ( /* x */ DELETE FROM customers)", "postgresql", "'DELETE'"),
+        # SQLite does not: there the comment ends at the first */.
+        ("/* /* */ DROP TABLE customers", "sqlite", "'DROP'"),
+    ],
+)
+def test_a_write_behind_a_comment_is_refused_before_it_reaches_the_database(
+    tmp_path: Path, query: str, dialect: str, keyword: str
+) -> None:
+    if dialect == "postgresql":
+        target = "postgresql://postgres@127.0.0.1:1/nothing"  # never reached
+    else:
+        target = str(tmp_path / "crm.sqlite3")
+        sqlite3.connect(target).close()
+    verdict = verify(columns_evidence(query, "x", []), Sources(datasources={"crm": target}))
+    assert_unverified(verdict, keyword, "not run")
+
+
 def test_an_unreachable_database_stays_unverified() -> None:
     dsn = "postgresql://postgres@127.0.0.1:1/nothing"
     verdict = verify(columns_evidence("SELECT 1", "x", []), Sources(datasources={"crm": dsn}))
@@ -556,6 +578,14 @@ def test_a_fifo_is_not_waited_on(workspace: Path) -> None:
     )
     assert_unverified(verdict, "not a regular file")
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("source", ["config:1-1", ".:1-1"])
+def test_a_directory_is_not_a_regular_file(workspace: Path, source: str) -> None:
+    verdict = verify(
+        evidence("file_read", source, {}), Sources(workspaces={"repo": str(workspace)})
+    )
+    assert_unverified(verdict, "is not a regular file")
 
 
 def test_a_binary_file_stays_unverified(workspace: Path) -> None:
