@@ -16,7 +16,10 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    model_validator,
 )
+
+from runs.evidence import payload_hash
 
 # The lengths are the columns' (runs/models.py, fleet/models.py): longer is a 422, not a 500.
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=False)]
@@ -63,6 +66,22 @@ class EvidenceIn(Strict):
     payload: dict[str, Any] | None = None
     datasource: Label | None = None
     workspace: Label | None = None
+
+    @model_validator(mode="after")
+    def payload_is_what_the_hash_says(self) -> "EvidenceIn":
+        # The payload is shown as ground truth: it must be the one the hash (and reality) vouch for.
+        if self.payload is None:
+            return self
+        try:
+            actual = payload_hash(self.payload)
+        except (TypeError, ValueError):
+            return self  # a number out of range: `unstorable` names it where it is
+        if actual != self.payload_hash:
+            raise ValueError(
+                f"payload_hash is not the hash of the payload, which is {actual} "
+                "(sha256 of its canonical JSON: keys sorted, separators , and :, UTF-8)"
+            )
+        return self
 
 
 class ActingAs(Strict):

@@ -819,3 +819,29 @@ def test_no_task_starts_in_a_run_that_is_over(planner, coder):
     assert response.status_code == 409
     assert {"loc": "blockers", "msg": "run:failed"} in response.json()["errors"]
     assert Task.objects.get(key="side").state == "pending"
+
+
+def test_evidence_whose_payload_is_not_what_its_hash_says_is_422(planner, coder):
+    from runs.evidence import payload_hash
+
+    start(planner)
+    real = {"columns": ["column_name"], "rows": [["id"], ["loyalty_points"]]}
+    forged = {"columns": ["column_name"], "rows": [["id"], ["customer_tier"]]}
+    evidence = {"kind": "query_result", "source": "SELECT 1", "payload_hash": payload_hash(real)}
+    claim = {
+        "key": "plan.tier",
+        "statement": "tier exists",
+        "evidence": {**evidence, "payload": forged},
+    }
+    response = planner.post(
+        "claim.posted", {"run": "r1", "task": "a", "agent": "coder", "claim": claim}
+    )
+    assert response.status_code == 422
+    [bad] = response.json()["errors"]
+    assert bad["loc"] == "data.claim.evidence"
+    assert payload_hash(forged) in bad["msg"]
+    claim["evidence"]["payload"] = real
+    response = planner.post(
+        "claim.posted", {"run": "r1", "task": "a", "agent": "coder", "claim": claim}
+    )
+    assert response.status_code != 422, response.json()
