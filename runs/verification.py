@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
@@ -112,13 +113,26 @@ def verify_claim(claim_id: int, *, with_limits: Limits | None = None) -> None:
                 return
             sources = sources_for(found.run.fleet_id) if rows else Sources()
             verdicts = {
-                row.pk: verify(as_evidence(row), sources, limits=with_limits or limits())
+                row.pk: verify_in_time(as_evidence(row), sources, with_limits or limits())
                 for row in rows
             }
             record(claim_id, verdicts)
             judged.update(verdicts)
     finally:
         cache.delete(lease)
+
+
+def verify_in_time(evidence: dict[str, Any], sources: Sources, limits: Limits) -> Verdict:
+    """A re-check that outlasts the worker's soft time limit (a host sending its answer byte by
+    byte, a huge result) leaves the claim unverified saying so, not waiting with no reason."""
+    try:
+        return verify(evidence, sources, limits=limits)
+    except SoftTimeLimitExceeded:
+        return Verdict(
+            "unverified",
+            f"the re-check took longer than the worker's limit of "
+            f"{settings.CELERY_TASK_SOFT_TIME_LIMIT} s, so it was stopped",
+        )
 
 
 @dataclass(frozen=True)

@@ -422,6 +422,25 @@ def test_a_claim_being_re_checked_is_not_re_checked_again_alongside(
     assert not Evidence.objects.filter(claim=claim, role="check", verdict_reason="").exists()
 
 
+def test_a_re_check_that_outlasts_the_workers_limit_leaves_the_claim_unverified_saying_so(
+    seed, orders, handed_over, monkeypatch
+):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    monkeypatch.setattr("runs.scheduler.verify_after_commit", lambda claim: None)
+    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS))
+
+    def trickling(evidence: dict, sources: Any, *, limits: Any) -> Any:
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(verification, "verify", trickling)
+    verification.verify_claim(claim.pk)
+
+    claim.refresh_from_db()
+    assert claim.status == "unverified" and not claim.verification_pending
+    assert "took longer than the worker's limit" in claim.status_reason
+
+
 def test_a_claim_that_is_gone_is_not_verified(db):
     verification.verify_claim(987654)
     assert verification.record(987654, {}) is None
