@@ -298,7 +298,8 @@ def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
         if blockers:
             raise Invalid(
                 [error("data.task", f"task {task.key!r} is not in the safe ready frontier")]
-                + [error("blockers", b) for b in blockers],
+                + [error("blockers", b) for b in blockers]
+                + claim_blocker_errors(run, blockers),
                 status=409,
             )
     number = (task.attempts.aggregate(n=Max("number"))["n"] or 0) + 1
@@ -318,6 +319,31 @@ def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
     record_uses(task, consumes, context.at)
     scheduler.mark_changed(run, [task.key])
     return {"run": run.key, "task": task.key, "attempt": attempt.number}
+
+
+def claim_blocker_errors(run: Run, blockers: Sequence[str]) -> list[dict[str, str]]:
+    """Why each `claim:<key>` blocks: unverified (and why), refuted, or never posted."""
+    keys = [b.removeprefix("claim:") for b in blockers if b.startswith("claim:")]
+    found = {
+        c.key: c
+        for c in Claim.objects.filter(run=run, key__in=keys).only("key", "status", "status_reason")
+    }
+    errors = []
+    for key in keys:
+        claim = found.get(key)
+        if claim is None:
+            msg = f"{key} has not been posted in run {run.key!r}"
+        elif claim.status == Claim.Status.REFUTED:
+            msg = (
+                f"{key} is refuted: {claim.status_reason}"
+                if claim.status_reason
+                else f"{key} is refuted"
+            )
+        else:
+            why = f": {claim.status_reason}" if claim.status_reason else ""
+            msg = f"{key} is {claim.status}, and a task starts only on verified claims{why}"
+        errors.append(error(f"claims.{key}", msg))
+    return errors
 
 
 def evidence_row(claim: Claim, evidence: EvidenceIn, *, role: str, by: str, at: Any) -> Evidence:

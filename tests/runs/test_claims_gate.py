@@ -76,6 +76,11 @@ def test_the_invented_column_posted_without_evidence_is_unverified_and_blocks_th
     refused = start(seed.coder_a, "discount-resolver")
     assert refused.status_code == 409
     assert {"loc": "blockers", "msg": "claim:plan.customer-tier"} in refused.json()["errors"]
+    assert {
+        "loc": "claims.plan.customer-tier",
+        "msg": "plan.customer-tier is unverified, and a task starts only on verified claims: "
+        "posted without evidence",
+    } in refused.json()["errors"]
     assert start(seed.coder_b, "api-change").status_code == 409
 
     claim = seed.get(client, f"/api/v1/runs/{RUN}").json()["claims"][0]
@@ -108,6 +113,10 @@ def test_a_claim_not_posted_yet_blocks_what_builds_on_it(client, seed):
     refused = start(seed.coder_a, "discount-resolver")
     assert refused.status_code == 409
     assert {"loc": "blockers", "msg": "claim:plan.customer-tier"} in refused.json()["errors"]
+    assert {
+        "loc": "claims.plan.customer-tier",
+        "msg": f"plan.customer-tier has not been posted in run {RUN!r}",
+    } in refused.json()["errors"]
     # A consumption named only when starting is gated the same way.
     refused = start(seed.schema, "confirm-schema", consumes=["plan.tier-source"])
     assert refused.status_code == 409
