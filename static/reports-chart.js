@@ -12,8 +12,8 @@
         labels: data.labels,
         datasets: [
           { type: "bar", label: "Minutes unchecked", data: data.minutes, yAxisID: "minutes", backgroundColor: "rgba(179, 38, 30, 0.55)" },
-          { type: "line", label: "Agents reached", data: data.agents, yAxisID: "agents", borderColor: "#1d5fa8", backgroundColor: "#1d5fa8", tension: 0.2 },
-          { type: "line", label: "Artifacts", data: data.artifacts, yAxisID: "agents", borderColor: "#7b3fa0", backgroundColor: "#7b3fa0", borderDash: [4, 3], tension: 0.2 }
+          { type: "line", label: "Agents reached", data: data.agents, yAxisID: "agents", borderColor: "#1d5fa8", backgroundColor: "#1d5fa8", showLine: false, pointRadius: 4 },
+          { type: "line", label: "Artifacts", data: data.artifacts, yAxisID: "agents", borderColor: "#7b3fa0", backgroundColor: "#7b3fa0", showLine: false, pointRadius: 4, pointStyle: "rectRot" }
         ]
       },
       options: {
