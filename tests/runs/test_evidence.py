@@ -250,6 +250,17 @@ def test_each_documented_example_is_what_the_builders_give(name: str) -> None:
     assert documented[canonical] == payload_hash(payload)
 
 
+def test_the_readmes_worked_examples_are_the_pages_and_hash_as_the_code_does() -> None:
+    readme = DOC.parents[1] / "README.md"
+    pattern = r"```json\n([^\n]*)\n```\n\n\*\*payload_hash:\*\* `(sha256:[0-9a-f]{64})`"
+    examples = re.findall(pattern, readme.read_text(encoding="utf-8"))
+    kinds = {"lines": "file_read", "command": "test_run", "request": "http_exchange"}
+    assert sorted(kinds[next(iter(json.loads(c)))] for c, _ in examples) == sorted(kinds.values())
+    for canonical, documented_hash in examples:
+        assert (canonical, documented_hash) in documented_examples()
+        assert payload_hash(json.loads(canonical)) == documented_hash
+
+
 def test_the_page_shows_every_kind_and_the_digests_it_quotes() -> None:
     text = DOC.read_text(encoding="utf-8")
     for kind in EVIDENCE_KINDS:
