@@ -522,11 +522,25 @@ def recent_capability_failures(run: Run, attempt: Attempt, config: policy.RetryC
     end = attempt.finished_at
     if end is None:
         return 0
+    since = end - timedelta(seconds=config.breaker_window_s)
+    # The failures up to the last trip were counted then: once it is back they trip it no more.
+    tripped = (
+        Decision.objects.filter(
+            run__fleet_id=run.fleet_id,
+            trip_capability=attempt.failure_capability,
+            attempt__finished_at__lt=end,
+        )
+        .order_by("-attempt__finished_at")
+        .values_list("attempt__finished_at", flat=True)
+        .first()
+    )
+    if tripped is not None:
+        since = max(since, tripped)
     return Attempt.objects.filter(
         task__run__fleet_id=run.fleet_id,
         failure_kind="transient",
         failure_capability=attempt.failure_capability,
-        finished_at__gt=end - timedelta(seconds=config.breaker_window_s),
+        finished_at__gt=since,
         finished_at__lte=end,
     ).count()
 

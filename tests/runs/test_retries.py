@@ -302,6 +302,33 @@ def test_repeated_transient_failures_naming_a_capability_hand_the_work_to_the_sc
     assert open_codes("push") == {"capability:forge"}
 
 
+def test_failures_from_before_a_capability_came_back_do_not_trip_it_again(hooked, planner, coder):
+    planner.post(
+        "run.started",
+        {"run": RUN, "tasks": [task("push", capabilities=["forge"]), task("tag", capabilities=["forge"])]},
+    )  # fmt: skip
+    failure = {"kind": "transient", "signature": "forge-502", "capability": "forge"}
+
+    def fails(key: str, minute: int) -> None:
+        start(coder, key)
+        coder.post(
+            "task.finished",
+            {"run": RUN, "task": key, "outcome": "failed", "failure": failure},
+            timestamp=f"2026-12-02T10:{minute:02d}:00Z",
+        )
+
+    for minute in range(3):
+        fails("push", minute)
+        act_when_due(last_decision("push"))
+    assert Capability.objects.get(name="forge").status == "down"
+    planner.post("capability.changed", {"capability": "forge", "status": "up", "reason": "back"})
+
+    fails("tag", 3)  # within the window of the three, but after the trip they caused
+
+    assert (last_decision("tag").action, last_decision("tag").trip_capability) == ("retry", "")
+    assert Capability.objects.get(name="forge").status == "up"
+
+
 def test_transient_failures_outside_the_breakers_window_do_not_trip_it(hooked, planner, coder):
     planner.post("run.started", {"run": RUN, "tasks": [task("push", capabilities=["forge"])]})
     for minute in (0, 11, 22):
