@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("login/", views.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/", views.SetPasswordView.as_view(), name="set-password"),
     path("escalations/", views.queue, name="queue"),
     path("reports/", views.reports_page, name="reports"),
     path("reports/<str:table>.csv", views.reports_csv, name="reports-csv"),

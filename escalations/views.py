@@ -7,8 +7,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required as django_login_required
-from django.contrib.auth.views import LoginView
+from django.contrib.auth.views import LoginView, PasswordChangeView
 from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -19,9 +20,10 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from escalations import selectors, services
+from escalations.middleware import SET_PASSWORD
 from escalations.models import Escalation
 from escalations.services import AlreadyActed, Refused
-from fleet.models import Fleet
+from fleet.models import Fleet, OneTimePassword
 from runs.models import Claim
 
 
@@ -58,6 +60,12 @@ def poll_seconds() -> int:
 class SignInView(LoginView):
     """Sign-in with a throttle: repeated failures for a username or an address must wait."""
 
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        if OneTimePassword.objects.filter(user_id=self.request.user.pk).exists():
+            self.request.session[SET_PASSWORD] = True  # the middleware holds them there
+        return response
+
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         # Someone already signed in has nothing to do here: on to where they were going.
         if request.user.is_authenticated:
@@ -85,6 +93,27 @@ class SignInView(LoginView):
         else:
             cache.delete(keys[0][0])
         return response
+
+
+class SetPasswordView(PasswordChangeView):
+    """A one-time password's session sets the user's own password (anyone may change theirs)."""
+
+    template_name = "registration/set_password.html"
+
+    def get_success_url(self) -> str:
+        return reverse("home")
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        OneTimePassword.objects.filter(user_id=self.request.user.pk).delete()
+        self.request.session.pop(SET_PASSWORD, None)
+        messages.success(self.request, "Your password is set: sign in with it from now on.")
+        return response
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["one_time"] = bool(self.request.session.get(SET_PASSWORD))
+        return context
 
 
 def login_keys(request: HttpRequest) -> list[tuple[str, int]]:

@@ -138,6 +138,15 @@ class VerificationSource(models.Model):
         return f"{self.kind} {self.name}"
 
 
+class OneTimePassword(models.Model):
+    """A password member_add printed: it opens one session, which must set the user's own."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="one_time_password"
+    )
+    issued_at = models.DateTimeField(auto_now_add=True)
+
+
 class Membership(models.Model):
     class Role(models.TextChoices):
         REVIEWER = "reviewer"

@@ -20,6 +20,7 @@ from fleet.models import (
     Capability,
     Fleet,
     Membership,
+    OneTimePassword,
     SigningKey,
     VerificationSource,
 )
@@ -142,8 +143,11 @@ def signing_key_revoke(*, agent: Agent, key_id: int, at: datetime) -> SigningKey
 
 
 @transaction.atomic
-def member_add(*, username: str, fleet: Fleet, role: str) -> tuple[Any, str | None]:
-    """Make a user a member; a new user gets a one-time password, returned once."""
+def member_add(
+    *, username: str, fleet: Fleet, role: str, one_time: bool = False
+) -> tuple[Any, str | None]:
+    """Make a user a member; a new user gets a password, returned once. With `one_time` it
+    opens one session only, which must set the user's own password first."""
     user_model = get_user_model()
     refuse_unless_fits(username, "the username", 150)
     try:
@@ -155,6 +159,8 @@ def member_add(*, username: str, fleet: Fleet, role: str) -> tuple[Any, str | No
     if user is None:
         password = secrets.token_urlsafe(12)
         user = user_model.objects.create_user(username=username, password=password)
+        if one_time:
+            OneTimePassword.objects.create(user=user)
     Membership.objects.update_or_create(user=user, fleet=fleet, defaults={"role": role})
     return user, password
 

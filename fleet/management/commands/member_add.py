@@ -8,7 +8,10 @@ from fleet.models import Membership
 
 
 class Command(BaseCommand):
-    help = "Make a user a reviewer or manager of a fleet; a new user gets a one-time password."
+    help = (
+        "Make a user a reviewer or manager of a fleet; a new user gets a one-time password, "
+        "which signs in once and must then be replaced."
+    )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("username")
@@ -18,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args, username: str, fleet: str, role: str, **options):  # type: ignore[no-untyped-def]
         try:
             user, password = services.member_add(
-                username=username, fleet=fleet_named(fleet), role=role
+                username=username, fleet=fleet_named(fleet), role=role, one_time=True
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc

@@ -1,0 +1,27 @@
+"""Sends someone signed in with a one-time password to set their own before anything else."""
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+
+SET_PASSWORD = "bulkhead.set_password"  # noqa: S105 - a session key, not a password
+
+
+class OneTimePasswordMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        session = getattr(request, "session", None)
+        if session is not None and session.get(SET_PASSWORD):
+            target = reverse("set-password")
+            allowed = (target, reverse("logout"), "/static/", "/api/", "/hooks/", "/healthz")
+            if not request.path.startswith(allowed):
+                if request.headers.get("HX-Request") == "true":
+                    response = HttpResponse(status=204)
+                    response["HX-Redirect"] = target
+                    return response
+                return redirect(target)
+        return self.get_response(request)
