@@ -62,7 +62,7 @@ class SignInView(LoginView):
 
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
-        if OneTimePassword.objects.filter(user_id=self.request.user.pk).exists():
+        if OneTimePassword.objects.filter(user_id=self.request.user.pk or 0).exists():
             self.request.session[SET_PASSWORD] = True  # the middleware holds them there
         return response
 
@@ -105,7 +105,7 @@ class SetPasswordView(PasswordChangeView):
 
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
-        OneTimePassword.objects.filter(user_id=self.request.user.pk).delete()
+        OneTimePassword.objects.filter(user_id=self.request.user.pk or 0).delete()
         self.request.session.pop(SET_PASSWORD, None)
         messages.success(self.request, "Your password is set: sign in with it from now on.")
         return response
