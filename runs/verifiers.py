@@ -383,14 +383,40 @@ def _run_on_postgresql(
         # A server-side cursor: DECLARE goes over the extended protocol, which refuses a second
         # statement, and FETCH brings at most the row cap over the wire.
         with connection.cursor(name="bulkhead_verifier") as cursor:
+            deadline = time.monotonic() + limits.query_timeout
             cursor.execute(statement)
             columns = [column.name for column in cursor.description or []]
-            rows = cursor.fetchmany(limits.max_rows + 1)
-        return columns, rows
+            return columns, _fetch_within(cursor, limits, deadline)
     except psycopg.Error as error:
         raise _postgresql_failure(name, error, limits) from None
     finally:
         connection.close()  # the read-only transaction ends unfinished: rolled back
+
+
+_FETCH_BATCH: Final = 50
+
+
+def _fetch_within(cursor: Any, limits: Limits, deadline: float) -> list[tuple[Any, ...]]:
+    """At most the row cap, a batch at a time, stopping as soon as the result is over the size
+    cap or the time limit: each FETCH is a statement of its own, with a timeout of its own."""
+    rows: list[tuple[Any, ...]] = []
+    size = 0
+    while len(rows) <= limits.max_rows:
+        batch = cursor.fetchmany(min(_FETCH_BATCH, limits.max_rows + 1 - len(rows)))
+        if not batch:
+            break
+        rows.extend(batch)
+        size += sum(len(str(value)) for row in batch for value in row)  # values come as text
+        if size > limits.max_payload_bytes:
+            raise _Unverifiable(
+                f"the query's result is over {limits.max_payload_bytes} bytes; the verifier "
+                "keeps results small"
+            )
+        if time.monotonic() > deadline:
+            raise _Unverifiable(
+                f"the query took longer than {limits.query_timeout:g} s, so it was stopped"
+            )
+    return rows
 
 
 # Fixed session settings, so values print the same text whatever the role's defaults are.

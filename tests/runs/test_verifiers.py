@@ -431,6 +431,17 @@ def test_the_row_cap_stops_reading_on_postgresql(crm_postgresql: str) -> None:
     assert_unverified(verdict, "more than 10 rows")
 
 
+def test_the_size_cap_stops_reading_on_postgresql(crm_postgresql: str) -> None:
+    verdict = verify(
+        columns_evidence(
+            "SELECT repeat('x', 100000) AS big FROM generate_series(1, 1000)", "big", []
+        ),
+        Sources(datasources={"crm": crm_postgresql}),
+        limits=Limits(max_payload_bytes=1024 * 1024),
+    )
+    assert_unverified(verdict, "over 1048576 bytes")
+
+
 @pytest.mark.parametrize(
     ("query", "dialect", "keyword"),
     [
