@@ -215,6 +215,12 @@ def test_the_information_schema_query_refutes_it_on_postgresql(
     assert claim.status == "refuted"
     assert handed_over[0].reality[0]["payload"]["rows"] == [[c] for c in REAL_COLUMNS]
     assert start(seed.coder_a, "discount-resolver").status_code == 409
+    # The planner is reframed with the real columns, as PostgreSQL's information_schema has them.
+    decision = Decision.objects.get(pk=handed_over[0].decision.pk)
+    assert (decision.task.key, decision.action) == ("plan", "reframe")
+    context = seed.get(client, f"/api/v1/runs/{RUN}/tasks/plan/context").json()
+    assert context["decision"] == "reframe"
+    assert any(t.get("payload") == columns_payload(REAL_COLUMNS) for t in context["ground_truth"])
 
 
 def test_the_replay_with_containment_reaches_1_agent_in_2_minutes(client, seed, orders):
