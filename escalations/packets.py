@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runs.evidence import payload_hash
+
 PACKET_MAX_BYTES = 64 * 1024
 QUESTION_MAX_CHARS = 500
 ENTRY_MAX_CHARS = 2_000
@@ -313,7 +315,22 @@ def _evidence_entry(item: object, where: str, errors: list[PacketError]) -> dict
                 )
             )
         else:
-            errors.extend(_bad_strings(payload, f"{where}.payload"))
+            bad = _bad_strings(payload, f"{where}.payload")
+            errors.extend(bad)
+            claimed = item.get("payload_hash")
+            if not bad and isinstance(claimed, str) and _PAYLOAD_HASH.fullmatch(claimed):
+                try:
+                    actual = payload_hash(dict(payload))
+                except (TypeError, ValueError):
+                    actual = claimed  # a value JSON cannot hold: named where it is
+                if actual != claimed:
+                    errors.append(
+                        PacketError(
+                            f"{where}.payload_hash",
+                            f"is not the hash of the payload, which is {actual}: the reviewer "
+                            "is shown the payload, so it must be the one the hash vouches for",
+                        )
+                    )
     for name in ("datasource", "workspace"):
         if name in item:
             _plain_text(item[name], f"{where}.{name}", errors, max_chars=NAME_MAX_CHARS)

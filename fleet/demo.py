@@ -77,19 +77,79 @@ def load() -> dict[str, Any]:
     def page(key: str) -> str:
         return f"/runs/{runs[key]}/" if key in runs else "/runs/"
 
+    # What each place shows now, as the app computes it (a second `make run` says what changed).
     return {
         "fleet": fleet.name,
         "runs": sorted(runs),
         "played": played,
         "look_at": {
-            "the escalation queue (the planner's question waits there)": "/escalations/",
-            "the all-green replay (1 agent, 2 minutes)": page(all_green.RUN),
-            "the all-green run as it happened (3 agents, 4 PRs, 40 minutes)": page(
-                "tier-discounts"
+            f"the escalation queue ({waiting_now(fleet)})": "/escalations/",
+            f"the all-green replay ({radius_now(fleet, all_green.RUN, all_green.CLAIM)})": page(
+                all_green.RUN
             ),
-            "the forge outage (4 forge actions deferred)": page(forge_outage.RUN),
+            f"the all-green run as it happened ({radius_now(fleet, PAST_RUN, PAST_CLAIM)})": page(
+                PAST_RUN
+            ),
+            f"the forge outage ({forge_now(fleet)})": page(forge_outage.RUN),
             "the capabilities (as manager, mark the forge up to release them)": "/capabilities/",
-            "the hung test run (its failure names the killed work)": page(hung_test_run.RUN),
+            f"the hung test run ({run_state_now(fleet, hung_test_run.RUN)})": page(
+                hung_test_run.RUN
+            ),
             "the reports (as manager)": "/reports/",
         },
     }
+
+
+PAST_RUN, PAST_CLAIM = "tier-discounts", "plan.customer-tier"  # the seed's invented column
+
+
+def waiting_now(fleet: Fleet) -> str:
+    from escalations.models import Escalation
+
+    waiting = Escalation.objects.filter(fleet=fleet, status__in=Escalation.OPEN_STATES)
+    first = waiting.select_related("task").order_by("opened_at").first()
+    if first is None:
+        return "nothing waits: every escalation is answered"
+    return f"{waiting.count()} waiting; the oldest from {first.task.key}"
+
+
+def radius_now(fleet: Fleet, run_key: str, claim: str) -> str:
+    from escalations.selectors import radii_for
+
+    run = Run.objects.filter(fleet=fleet, key=run_key).first()
+    if run is None:
+        return "not loaded"
+    radii = radii_for(run)
+    # The invented column's claim; once an answer took its key, its refuted version.
+    key = next((k for k in (f"{claim}@refuted-1", claim) if k in radii), None)
+    if key is None:
+        return "no such claim"
+    r = radii[key]
+    agents, artifacts = r["agents"], r["artifacts"]
+    return (
+        f"{agents} agent{'s' if agents != 1 else ''}, {artifacts} artifact"
+        f"{'s' if artifacts != 1 else ''}, {r['minutes']:.0f} minutes unchecked"
+    )
+
+
+def forge_now(fleet: Fleet) -> str:
+    from runs.models import Blocker
+
+    run = Run.objects.filter(fleet=fleet, key=forge_outage.RUN).first()
+    if run is None:
+        return "not loaded"
+    deferred = (
+        Blocker.objects.filter(task__run=run, code="capability:forge", cleared_at__isnull=True)
+        .values("task")
+        .distinct()
+        .count()
+    )
+    done = run.tasks.filter(state="succeeded").count()
+    return f"{done} tasks done, {deferred} waiting with capability:forge"
+
+
+def run_state_now(fleet: Fleet, run_key: str) -> str:
+    run = Run.objects.filter(fleet=fleet, key=run_key).first()
+    if run is None:
+        return "not loaded"
+    return f"{run.state}: {run.cause[:70]}…" if run.cause else run.state

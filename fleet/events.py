@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -29,8 +29,10 @@ Text = Annotated[str, StringConstraints(max_length=5000)]
 
 
 def _one_path_segment(key: str) -> str:
-    if "/" in key:
-        raise ValueError("must not contain '/': the key is a segment of the API's URLs")
+    if "/" in key or key in (".", ".."):
+        raise ValueError(
+            "must not contain '/' nor be '.' or '..': it is a segment of the API's URLs"
+        )
     if any(ord(c) < 32 or ord(c) == 127 for c in key):
         raise ValueError("must not contain control characters")
     return key
@@ -243,6 +245,8 @@ def pydantic_errors(exc: ValidationError, prefix: str) -> list[dict[str, str]]:
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
             msg = "unknown field"
+        elif item["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
         errors.append(error(loc, msg))
     return errors
 
@@ -293,6 +297,9 @@ def _printable(text: str) -> str:
     return _ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
+MAX_DEPTH: Final = 64  # deeper JSON is no event: it would only exhaust the checks' recursion
+
+
 def loads(text: str | bytes) -> object:
     """JSON as sent (RFC 8259: NaN, Infinity and -Infinity are not JSON, though Python's reader
     takes them); an object naming one field twice is refused (JSON would keep the last)."""
@@ -304,19 +311,25 @@ def loads(text: str | bytes) -> object:
             repeated[id(obj)] = [k for k, n in Counter(k for k, _ in items).items() if n > 1]
         return obj
 
-    value = json.loads(text, object_pairs_hook=pairs, parse_constant=_not_json)
-    if repeated:
-        found: list[dict[str, str]] = []
-        stack: list[tuple[object, str]] = [(value, "")]
-        while stack:
-            item, where = stack.pop()
-            if isinstance(item, dict):
-                for name in repeated.get(id(item), ()):
-                    loc = f"{where}.{_printable(name)}" if where else _printable(name)
-                    found.append(error(loc, "sent more than once in one object"))
-                stack.extend((v, f"{where}.{k}" if where else k) for k, v in item.items())
-            elif isinstance(item, list):
-                stack.extend((v, f"{where}.{i}") for i, v in enumerate(item))
+    try:
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=_not_json)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
+    found: list[dict[str, str]] = []
+    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            found.append(error(where, f"nested more than {MAX_DEPTH} levels deep"))
+            continue
+        if isinstance(item, dict):
+            for name in repeated.get(id(item), ()):
+                loc = f"{where}.{_printable(name)}" if where else _printable(name)
+                found.append(error(loc, "sent more than once in one object"))
+            stack.extend((v, f"{where}.{k}" if where else k, depth + 1) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}.{i}", depth + 1) for i, v in enumerate(item))
+    if found:
         raise Invalid(sorted(found, key=lambda e: e["loc"]))
     return value
 

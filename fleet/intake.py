@@ -167,18 +167,33 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
             {"errors": [error("agent", f"too many requests; retry in {wait} s")]},
             {"Retry-After": str(wait)},
         )
+    webhook_id = headers["webhook-id"]
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         bad = f"byte 0x{body[exc.start]:02x} at offset {exc.start}"
-        return Reply(400, {"errors": [error("body", f"not valid UTF-8: {bad}")]})
+        return unreadable(
+            agent,
+            webhook_id,
+            body,
+            Reply(400, {"errors": [error("body", f"not valid UTF-8: {bad}")]}),
+        )
     try:
         raw = loads(text)
     except Invalid as exc:
-        return Reply(exc.status, {"errors": exc.errors})
+        return unreadable(agent, webhook_id, body, Reply(exc.status, {"errors": exc.errors}))
     except ValueError as exc:
-        return Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
-    return apply(agent=agent, webhook_id=headers["webhook-id"], body=body, raw=raw)
+        refused = Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
+        return unreadable(agent, webhook_id, body, refused)
+    return apply(agent=agent, webhook_id=webhook_id, body=body, raw=raw)
+
+
+def unreadable(agent: Agent, webhook_id: str, body: bytes, refused: Reply) -> Reply:
+    """A body that cannot be read: a used webhook-id is a conflict (409) before a bad body."""
+    previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
+    if previous is not None:
+        return replay(previous, hashlib.sha256(body).hexdigest())
+    return refused
 
 
 def apply(

@@ -38,13 +38,19 @@ def run_detail(request: HttpRequest, run: str) -> dict[str, Any]:
 def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
     found = get_run(request, run)
     result = scheduler.frontier_of(found)
+    deferred = {key: list(b) for key, b in result.deferred.items()}
+    ready = list(result.ready)
+    if found.state != Run.State.RUNNING:
+        # A run that is over starts nothing more: every pending task waits on that, first.
+        over = f"run:{found.state}"
+        for key in ready:
+            deferred[key] = []
+        deferred = {key: [over, *b] for key, b in deferred.items()}
+        ready = []
     return {
         "policy": result.policy,
-        # A run that is over starts nothing more, whatever its pending tasks would allow.
-        "ready": list(result.ready) if found.state == Run.State.RUNNING else [],
-        "deferred": [
-            {"task": key, "blockers": list(b)} for key, b in sorted(result.deferred.items())
-        ],
+        "ready": ready,
+        "deferred": [{"task": key, "blockers": b} for key, b in sorted(deferred.items())],
     }
 
 

@@ -191,8 +191,11 @@ def decide_failure(
     from escalations.models import Escalation
 
     killed = killed_records(run)
+    after = any(work for _, work in killed)
     own = (
-        attempt_cause(task.key, attempt) if override is None else f"{task.key}: {override.message}"
+        attempt_cause(task.key, attempt, after_killed_work=after)
+        if override is None
+        else (override.message if after else f"{task.key}: {override.message}")
     )
     cause = policy.failure_cause(killed=killed, cause=own)
     # A later failure names the killed work ahead of its own cause, here and in run.failed.

@@ -33,7 +33,9 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
             "state": t.state,
             # Ready means it may start now: a pending task of a running run, with no blocker.
             "ready": live and t.ready and t.state == Task.State.PENDING,
-            "blockers": sorted(blockers.get(t.pk, [])),
+            "blockers": sorted(blockers.get(t.pk, []))
+            if live or t.state != Task.State.PENDING
+            else [f"run:{run.state}", *sorted(blockers.get(t.pk, []))],
             "prerequisites": edges.get(t.pk, []),
             "capabilities": t.capabilities,
             "reads_state_of": t.reads_state_of,
@@ -76,14 +78,16 @@ def killed_records(run: Run, *, until: datetime | None = None) -> list[tuple[str
     return [(p.task.key if p.task else "", tuple(p.killed)) for p in lines if p.killed]
 
 
-def attempt_cause(task: str, attempt: Attempt) -> str:
-    """A failed attempt's own cause, before any killed background work is named ahead of it."""
+def attempt_cause(task: str, attempt: Attempt, *, after_killed_work: bool = False) -> str:
+    """A failed attempt's own cause. After killed background work is named ahead of it, the
+    cause is the failure's own words, as the seed writes it ("... a later step failed: no PR
+    found"); alone, it says which task failed."""
     what = (
         attempt.failure_message.strip()
         or attempt.failure_signature
         or f"a {attempt.failure_kind or 'reported'} failure"
     )
-    return f"{task}: {what}"
+    return what if after_killed_work else f"{task}: {what}"
 
 
 def undecided_attempts() -> QuerySet[Attempt]:
@@ -123,7 +127,8 @@ def decision_rows(run: Run) -> list[dict[str, Any]]:
                 for p in lines
                 if p.killed and p.created_at <= d.created_at
             ]
-            cause = failure_cause(killed=killed, cause=attempt_cause(d.task.key, d.attempt))
+            own = attempt_cause(d.task.key, d.attempt, after_killed_work=any(w for _, w in killed))
+            cause = failure_cause(killed=killed, cause=own)
         rows.append(
             {
                 "id": d.pk,

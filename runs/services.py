@@ -265,6 +265,11 @@ def stored_digest(run: Run) -> str:
 
 def tasks_add(context: Context, data: TasksAdded) -> dict[str, Any]:
     run = run_for(context, data.run, lock=True)  # the graph grows one declaration at a time
+    if run.state != Run.State.RUNNING and not context.imported:
+        raise Invalid(
+            [error("data.run", f"run {run.key!r} has {run.state}; no task can be added to it")],
+            status=409,
+        )
     add_tasks(context, run, data.tasks)
     scheduler.mark_changed(run, [t.key for t in data.tasks])
     return {"run": run.key, "tasks": len(data.tasks)}

@@ -8,6 +8,7 @@ from django.core.management import call_command
 
 from escalations.models import Escalation
 from fleet import services
+from fleet.models import Event
 from fleet.stories import all_green, play
 from runs.models import Attempt, Decision, Task
 from tests.acceptance.conftest import api, fleet_for
@@ -45,6 +46,12 @@ def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_se
     worker, client, http, fleet
 ):
     play(fleet, STORY, range(all_green.REFUTED + 1), transport=http)
+    # The invented column arrived unverified: posted without evidence, it gated the coders.
+    posted = Event.objects.get(type="claim.posted", data__claim__key=all_green.CLAIM)
+    assert (posted.response["status"], posted.response["reason"]) == (
+        "unverified",
+        "posted without evidence",
+    )
     # The schema agent's query, re-run against the order database, refutes the invented column.
     eventually(lambda: Decision.objects.filter(task__key="plan", action="reframe").exists())
     reframe = Decision.objects.get(task__key="plan", action="reframe")
@@ -65,8 +72,15 @@ def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_se
     play(fleet, STORY, [len(STORY.steps) - 1], transport=http)
     escalation = Escalation.objects.get(task__key="plan")
     assert escalation.status == "open"
-    assert escalation.packet.smallest_unblocking_question.startswith("Where does a customer's tier")
-    assert Decision.objects.filter(task__key="plan", action="escalate").exists()
+    packet = escalation.packet
+    assert packet.smallest_unblocking_question == all_green.PACKET["smallest_unblocking_question"]
+    for field in ("tried", "ruled_out", "options"):
+        assert packet.content[field] == all_green.PACKET[field], field
+    [evidence] = packet.content["evidence"]
+    assert evidence["payload"]["rows"] == [[c] for c in all_green.REAL_COLUMNS]
+    # Two differently prompted attempts failing the same way: the signal rule escalates.
+    escalate = Decision.objects.get(task__key="plan", action="escalate")
+    assert escalate.reason.startswith("Signal rule: attempts"), escalate.reason
     assert Task.objects.get(key="plan").state == "escalated"
     for coder_task in ("discount-resolver", "api-change"):
         task = next(t for t in body["tasks"] if t["key"] == coder_task)

@@ -47,3 +47,8 @@ def test_the_local_work_completes_and_the_forge_work_waits_then_is_released(work
     assert Delivery.objects.filter(
         type="task.ready", payload__data__task="forge-authenticate"
     ).exists()
+    # Released without rebuilding state: the local work stands as it was, one attempt each.
+    for key in forge_outage.LOCAL:
+        assert Task.objects.get(key=key).state == "succeeded"
+        assert Attempt.objects.filter(task__key=key).count() == 1
+    assert not Attempt.objects.filter(task__key__in=forge_outage.FORGE).exists()

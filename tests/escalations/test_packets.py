@@ -567,3 +567,28 @@ def test_any_well_formed_packet_is_accepted_as_sent(
 
     assert isinstance(packet, Packet), packet
     assert packet.as_json() == raw
+
+
+def test_evidence_whose_payload_is_not_what_its_hash_says_is_named():
+    real = {"columns": ["column_name"], "rows": [["loyalty_points"]]}
+    forged = {"columns": ["column_name"], "rows": [["customer_tier"]]}
+    raw = {
+        "task": "plan",
+        "tried": ["the plan's column"],
+        "ruled_out": [],
+        "evidence": [
+            {
+                "kind": "query_result",
+                "source": "SELECT 1",
+                "payload_hash": payload_hash(real),
+                "payload": forged,
+            }
+        ],  # fmt: skip
+        "smallest_unblocking_question": "Where does a customer's tier come from?",
+    }
+    errors = validate_packet(raw)
+    assert isinstance(errors, list)
+    assert [e.loc for e in errors] == ["packet.evidence.0.payload_hash"]
+    assert payload_hash(forged) in errors[0].msg
+    raw["evidence"][0]["payload"] = real
+    assert not isinstance(validate_packet(raw), list)

@@ -239,6 +239,16 @@ def test_demo_loads_the_three_stories_as_the_app_computes_them(settings, tmp_pat
     # The forge is still down in the demo: its four actions wait until a manager marks it up.
     deferred = Blocker.objects.filter(code="capability:forge", cleared_at=None)
     assert sorted(deferred.values_list("task__key", flat=True)) == sorted(forge_outage.FORGE)
+    # Where to look says what the app computes there now, not what the stories meant to show.
+    said = " | ".join(printed["look_at"])
+    assert "the escalation queue (1 waiting; the oldest from plan)" in said
+    assert "the all-green replay (1 agent, 0 artifacts, 2 minutes unchecked)" in said
+    assert "the all-green run as it happened (3 agents, 4 artifacts, 40 minutes unchecked)" in said
+    assert "the forge outage (4 tasks done, 4 waiting with capability:forge)" in said
+    assert "the hung test run (failed: implement session ended with a background task" in said
+    Blocker.objects.filter(code="capability:forge").update(cleared_at=failed.finished_at)
+    again = " | ".join(run_command("demo")["look_at"])
+    assert "the forge outage (4 tasks done, 0 waiting with capability:forge)" in again
 
 
 @pytest.mark.django_db(transaction=True)

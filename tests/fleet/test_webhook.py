@@ -809,9 +809,22 @@ def test_an_unknown_acting_agent_is_named_with_the_other_bad_references(planner,
     assert {e["loc"] for e in response.json()["errors"]} == {"data.agent", "data.outcome"}
 
 
-def test_no_task_starts_in_a_run_that_is_over(planner, coder):
-    start(planner, tasks=[task("a"), task("side")])
+def test_no_task_starts_in_a_run_that_is_over(client, planner, coder):
+    start(planner, tasks=[task("a"), task("side", prerequisites=["a"])])
     Run.objects.filter(key="r1").update(state="failed")  # say an abort failed it
+    token = services.agent_create(fleet=planner.agent.fleet, name="reader")[2]
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    frontier = client.get("/api/v1/runs/r1/frontier", **auth).json()
+    assert frontier["ready"] == []
+    assert frontier["deferred"] == [
+        {"task": "a", "blockers": ["run:failed"]},
+        {"task": "side", "blockers": ["run:failed", "prerequisite:a"]},
+    ]
+    tasks = {t["key"]: t for t in client.get("/api/v1/runs/r1", **auth).json()["tasks"]}
+    assert tasks["a"]["blockers"] == ["run:failed"] and tasks["a"]["ready"] is False
+    added = planner.post("tasks.added", {"run": "r1", "tasks": [task("late")]})
+    assert added.status_code == 409
+    assert not Task.objects.filter(key="late").exists()
     response = coder.post(
         "task.started",
         {"run": "r1", "task": "side", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
@@ -845,3 +858,46 @@ def test_evidence_whose_payload_is_not_what_its_hash_says_is_422(planner, coder)
         "claim.posted", {"run": "r1", "task": "a", "agent": "coder", "claim": claim}
     )
     assert response.status_code != 422, response.json()
+
+
+def test_json_nested_too_deeply_is_refused_not_a_500(planner, coder):
+    deep = "[" * 100_000 + "]" * 100_000
+    body = (
+        f'{{"type": "run.started", "timestamp": "2026-12-02T10:00:00Z", "data": {deep}}}'.encode()
+    )
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 400
+    assert "nested more than 64 levels deep" in response.json()["errors"][0]["msg"]
+    start(planner)
+    payload: dict = {}
+    for _ in range(200):
+        payload = {"x": payload}
+    evidence = {
+        "kind": "query_result",
+        "source": "SELECT 1",
+        "payload_hash": "sha256:" + "0" * 64,
+        "payload": payload,
+    }
+    claim = {"key": "c", "statement": "s", "evidence": evidence}
+    response = planner.post(
+        "claim.posted", {"run": "r1", "task": "a", "agent": "coder", "claim": claim}
+    )
+    assert response.status_code == 422
+    assert "nested more than 64 levels deep" in response.json()["errors"][0]["msg"]
+
+
+def test_a_used_webhook_id_with_an_unreadable_body_is_still_a_conflict(planner, coder):
+    body = planner.body("run.started", {"run": "r1", "tasks": [task("a")]})
+    assert planner.post_raw(body, planner.headers(body, webhook_id="msg_used")).status_code == 202
+    for bad in (b"not json", b'{"type": NaN}', b"\xff\xfe"):
+        response = planner.post_raw(bad, planner.headers(bad, webhook_id="msg_used"))
+        assert response.status_code == 409, bad
+        assert response.json()["errors"][0]["loc"] == "webhook-id"
+
+
+@pytest.mark.parametrize("key", [".", ".."])
+def test_a_dot_key_is_refused_it_would_vanish_from_a_url(planner, coder, key):
+    response = start(planner, run=key)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["loc"] == "data.run"
+    assert not response.json()["errors"][0]["msg"].startswith("Value error")

@@ -35,7 +35,7 @@ LINE = (
 )
 CAUSE = (
     "implement session ended with a background task still running (./mvnw test), which was "
-    "killed, and a later step failed: open-pr: no PR found"
+    "killed, and a later step failed: no PR found"
 )
 
 
@@ -155,7 +155,7 @@ def test_a_later_failure_the_policy_handles_names_the_killed_work_in_its_decisio
     decision = last_decision("review")
     named = (
         "implement session ended with a background task still running (./mvnw test), which "
-        "was killed, and a later step failed: review: no PR found"
+        "was killed, and a later step failed: no PR found"
     )
     assert decision.action == "reframe"
     assert decision.reason.startswith(named + ". Reframe:")
@@ -176,7 +176,7 @@ def test_a_resume_that_fails_again_with_killed_work_carries_on_and_its_failure_i
     assert lines() == [LINE]
     assert last_decision("implement").reason.startswith(
         "implement session ended with a background task still running (./mvnw test), which "
-        "was killed, and a later step failed: implement: no PR found. Reframe:"
+        "was killed, and a later step failed: no PR found. Reframe:"
     )
 
 
@@ -242,7 +242,7 @@ def test_work_killed_in_two_tasks_is_named_in_order_each_once(hooked, planner, c
     assert Run.objects.get(key=RUN).cause == (
         "implement session ended with a background task still running (./mvnw test), which "
         "was killed, and docs session ended with a background task still running (mkdocs "
-        "serve), which was killed, and a later step failed: open-pr: no PR found"
+        "serve), which was killed, and a later step failed: no PR found"
     )
 
 

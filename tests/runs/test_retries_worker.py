@@ -226,7 +226,7 @@ def test_the_hung_test_run_carries_on_and_its_failure_names_the_killed_work(
 
     cause = (
         "implement session ended with a background task still running (./mvnw test), which "
-        "was killed, and a later step failed: open-pr: no PR found"
+        "was killed, and a later step failed: no PR found"
     )
     eventually(lambda: Run.objects.get(key=RUN).state == "failed")
     assert Run.objects.get(key=RUN).cause == cause
