@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
@@ -17,6 +17,10 @@ class OneTimePasswordMiddleware:
         session = getattr(request, "session", None)
         if session is not None and session.get(SET_PASSWORD):
             target = reverse("set-password")
+            if request.path.startswith("/api/") and "HTTP_AUTHORIZATION" not in request.META:
+                # The session's own reads wait too; an agent's bearer token is not this session.
+                msg = f"set your own password first, at {target}"
+                return JsonResponse({"errors": [{"loc": "password", "msg": msg}]}, status=403)
             allowed = (target, reverse("logout"), "/static/", "/api/", "/hooks/", "/healthz")
             if not request.path.startswith(allowed):
                 if request.headers.get("HX-Request") == "true":

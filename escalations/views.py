@@ -61,8 +61,19 @@ class SignInView(LoginView):
     """Sign-in with a throttle: repeated failures for a username or an address must wait."""
 
     def form_valid(self, form: Any) -> HttpResponse:
+        user = form.get_user()
+        one_time = OneTimePassword.objects.filter(user_id=user.pk).first()
+        if one_time is not None and one_time.used_at is not None:
+            # It signed in once already; only that session may replace it.
+            form.add_error(
+                None,
+                "This one-time password has been used. Ask for a new one "
+                "(member_add USERNAME --fleet FLEET --role ROLE --new-password).",
+            )
+            return self.form_invalid(form)
         response = super().form_valid(form)
-        if OneTimePassword.objects.filter(user_id=self.request.user.pk or 0).exists():
+        if one_time is not None:
+            OneTimePassword.objects.filter(pk=one_time.pk).update(used_at=timezone.now())
             self.request.session[SET_PASSWORD] = True  # the middleware holds them there
         return response
 

@@ -144,7 +144,8 @@ class OneTimePassword(models.Model):
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="one_time_password"
     )
-    issued_at = models.DateTimeField(auto_now_add=True)
+    issued_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True, help_text="When it signed in (once).")
 
 
 class Membership(models.Model):

@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from fleet.events import CapabilityChanged, Invalid, error
 from fleet.models import (
@@ -144,10 +145,11 @@ def signing_key_revoke(*, agent: Agent, key_id: int, at: datetime) -> SigningKey
 
 @transaction.atomic
 def member_add(
-    *, username: str, fleet: Fleet, role: str, one_time: bool = False
+    *, username: str, fleet: Fleet, role: str, one_time: bool = False, new_password: bool = False
 ) -> tuple[Any, str | None]:
-    """Make a user a member; a new user gets a password, returned once. With `one_time` it
-    opens one session only, which must set the user's own password first."""
+    """Make a user a member; a new user (or, with `new_password`, an existing one) gets a
+    password, returned once. With `one_time` it opens one session only, which must set the
+    user's own password first."""
     user_model = get_user_model()
     refuse_unless_fits(username, "the username", 150)
     try:
@@ -159,8 +161,14 @@ def member_add(
     if user is None:
         password = secrets.token_urlsafe(12)
         user = user_model.objects.create_user(username=username, password=password)
-        if one_time:
-            OneTimePassword.objects.create(user=user)
+    elif new_password:
+        password = secrets.token_urlsafe(12)
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    if password is not None and one_time:
+        OneTimePassword.objects.update_or_create(
+            user=user, defaults={"issued_at": timezone.now(), "used_at": None}
+        )
     Membership.objects.update_or_create(user=user, fleet=fleet, defaults={"role": role})
     return user, password
 

@@ -84,3 +84,35 @@ def test_an_existing_user_added_to_another_fleet_keeps_their_password():
     call_command("member_add", "rita", "--fleet", "globex", "--role", "manager", stdout=out)
     assert json.loads(out.getvalue())["password"] is None
     assert OneTimePassword.objects.count() == 1
+
+
+def test_the_one_time_password_signs_in_once_and_its_session_reads_nothing_else():
+    from escalations.models import Escalation  # noqa: F401 - the API's routes are loaded
+
+    password = printed_password("rita")
+    browser = Client()
+    assert browser.post("/login/", {"username": "rita", "password": password}).status_code == 302
+    api = browser.get("/api/v1/runs/anything")
+    assert api.status_code == 403
+    assert api.json()["errors"][0] == {
+        "loc": "password",
+        "msg": "set your own password first, at /password/",
+    }
+    again = Client().post("/login/", {"username": "rita", "password": password})
+    assert again.status_code == 200
+    assert "This one-time password has been used" in again.content.decode()
+
+
+def test_a_new_one_time_password_replaces_a_used_one():
+    used = printed_password("rita")
+    Client().post("/login/", {"username": "rita", "password": used})
+    out = io.StringIO()
+    call_command(
+        "member_add", "rita", "--fleet", "acme", "--role", "reviewer", "--new-password", stdout=out
+    )
+    fresh = json.loads(out.getvalue())["password"]
+    assert fresh and fresh != used
+    assert Client().post("/login/", {"username": "rita", "password": used}).status_code == 200
+    browser = Client()
+    signed = browser.post("/login/", {"username": "rita", "password": fresh}, follow=True)
+    assert signed.redirect_chain[-1][0] == "/password/"

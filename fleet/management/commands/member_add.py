@@ -17,11 +17,20 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--fleet", required=True)
         parser.add_argument("--role", required=True, choices=Membership.Role.values)
+        parser.add_argument(
+            "--new-password",
+            action="store_true",
+            help="issue an existing user a new one-time password (the old one stops working)",
+        )
 
-    def handle(self, *args, username: str, fleet: str, role: str, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, username: str, fleet: str, role: str, new_password: bool, **options):  # type: ignore[no-untyped-def]
         try:
             user, password = services.member_add(
-                username=username, fleet=fleet_named(fleet), role=role, one_time=True
+                username=username,
+                fleet=fleet_named(fleet),
+                role=role,
+                one_time=True,
+                new_password=new_password,
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
