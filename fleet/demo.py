@@ -5,6 +5,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
+from django.urls import reverse
 from django.utils import timezone
 
 from fleet import services
@@ -33,7 +34,10 @@ STORIES: tuple[tuple[Story, str], ...] = (
 
 
 def fleet_and_people() -> Fleet:
-    fleet = services.fleet_create(name=FLEET)
+    # Its notifications go to the app's own demo callback, so that run.failed and the rest are
+    # really signed and delivered (the worker sends them once the web server is up).
+    callback = settings.SITE_URL.rstrip("/") + reverse("demo-callback", args=[FLEET])
+    fleet = services.fleet_create(name=FLEET, callback_url=callback)
     for story, _ in STORIES:
         ensure_agents(fleet, story)
     all_green.ensure_imported_agents(fleet)

@@ -13,9 +13,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from kombu import Connection
 
-from fleet import intake, selectors, services
+from fleet import intake, selectors, services, signing
 from fleet.middleware import database_unavailable, is_database_down
-from fleet.models import Capability
+from fleet.models import Capability, Fleet
 
 
 def machine_facing(request: HttpRequest) -> bool:
@@ -88,6 +88,22 @@ def agent_events(request: HttpRequest, agent_id: str) -> HttpResponse:
     for name, value in reply.headers.items():
         response[name] = value
     return response
+
+
+@csrf_exempt
+@require_POST
+def demo_callback(request: HttpRequest, fleet_name: str) -> HttpResponse:
+    """The demo fleet's callback URL: it checks each notification's signature, as a fleet's
+    orchestrator would, and keeps nothing (the deliveries page shows what was sent)."""
+    fleet = Fleet.objects.filter(name=fleet_name).first()
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    try:
+        signing.verify([fleet.callback_secret if fleet else ""], headers=headers, body=request.body)
+    except signing.SignatureError:
+        return JsonResponse(
+            {"errors": [{"loc": "webhook-signature", "msg": "not ours"}]}, status=401
+        )
+    return HttpResponse(status=204)
 
 
 @require_GET

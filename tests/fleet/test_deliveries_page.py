@@ -1,5 +1,7 @@
 """The delivery log: members see what was sent to their fleets' callbacks and how it went."""
 
+import time
+
 import pytest
 from django.utils import timezone
 
@@ -80,3 +82,34 @@ def test_another_fleets_deliveries_are_not_shown(client, bob):
 def test_a_stranger_is_asked_to_sign_in(client):
     response = client.get("/deliveries/")
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_the_demo_callback_takes_what_the_fleet_signed_and_refuses_the_rest(client):
+    from fleet import signing
+
+    fleet = services.fleet_create(
+        name="demo", callback_url="http://127.0.0.1:8000/demo/callback/demo"
+    )
+    body = b'{"type": "run.failed", "timestamp": "2026-12-03T10:00:00Z", "data": {}}'
+    headers = signing.sign(
+        fleet.callback_secret, msg_id="msg_1", timestamp=int(time.time()), body=body
+    )
+    extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+    ok = client.post("/demo/callback/demo", body, content_type="application/json", **extra)
+    assert ok.status_code == 204
+    forged = signing.sign(
+        "whsec_" + "A" * 32, msg_id="msg_2", timestamp=int(time.time()), body=body
+    )
+    extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in forged.items()}
+    assert (
+        client.post(
+            "/demo/callback/demo", body, content_type="application/json", **extra
+        ).status_code
+        == 401
+    )
+    assert (
+        client.post(
+            "/demo/callback/nobody", body, content_type="application/json", **extra
+        ).status_code
+        == 401
+    )
