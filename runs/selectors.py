@@ -14,11 +14,13 @@ def runs_visible(fleet_ids: list[int]) -> QuerySet[Run]:
 
 
 def task_rows(run: Run) -> list[dict[str, Any]]:
-    blockers: dict[int, list[str]] = {}
-    for task_id, code in Blocker.objects.filter(task__run=run, cleared_at__isnull=True).values_list(
-        "task_id", "code"
-    ):
-        blockers.setdefault(task_id, []).append(code)
+    from runs import scheduler
+
+    # Computed now, as GET .../frontier and the start gate compute them: the stored blockers
+    # (the checkpoint) catch up in the worker a moment after each event.
+    now = scheduler.frontier_of(run)
+    blockers = {key: list(codes) for key, codes in now.deferred.items()}
+    ready_now = set(now.ready)
     edges: dict[int, list[str]] = {}
     for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
         "task_id", "requires__key"
@@ -32,10 +34,10 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
             "agent": t.agent.name,
             "state": t.state,
             # Ready means it may start now: a pending task of a running run, with no blocker.
-            "ready": live and t.ready and t.state == Task.State.PENDING,
-            "blockers": sorted(blockers.get(t.pk, []))
+            "ready": live and t.key in ready_now and t.state == Task.State.PENDING,
+            "blockers": sorted(blockers.get(t.key, []))
             if live or t.state != Task.State.PENDING
-            else [f"run:{run.state}", *sorted(blockers.get(t.pk, []))],
+            else [f"run:{run.state}", *sorted(blockers.get(t.key, []))],
             "prerequisites": edges.get(t.pk, []),
             "capabilities": t.capabilities,
             "reads_state_of": t.reads_state_of,

@@ -78,3 +78,17 @@ def test_an_imported_runs_finished_tasks_are_not_ready(client, planner, coder, t
             report = import_events(fleet=planner.agent.fleet, content=text.encode())
         assert not report.errors
     assert ready_of(client, token, "past") == {"a": ("succeeded", False), "b": ("pending", True)}
+
+
+def test_the_run_says_what_the_frontier_says_before_the_worker_catches_up(
+    client, planner, coder, token, monkeypatch
+):
+    planner.post("run.started", {"run": "r1", "tasks": [task("a"), task("b", prerequisites=["a"])]})
+    coder.post("task.started", {"run": "r1", "task": "a", "attempt": ATTEMPT})
+    monkeypatch.setattr("runs.tasks.recompute.delay", lambda *args: None)  # the worker is slow
+    coder.post("task.finished", {"run": "r1", "task": "a", "outcome": "succeeded"})
+
+    frontier = read(client, "/api/v1/runs/r1/frontier", token)
+    tasks = {t["key"]: t for t in read(client, "/api/v1/runs/r1", token)["tasks"]}
+    assert frontier["ready"] == ["b"]
+    assert (tasks["b"]["ready"], tasks["b"]["blockers"]) == (True, [])
