@@ -242,7 +242,7 @@ def after_background_kill(*, task: str, attempts: Sequence[AttemptView]) -> Back
         )
     if last.resumed:
         why = (
-            f"the Resume (attempt {last.number}) ended with a background task still running "
+            f"its Resume (attempt {last.number}) ended with a background task still running "
             f"({work}), which was killed; the work may have been abandoned rather than awaited"
         )
     elif earlier_resume is not None:
@@ -259,7 +259,7 @@ def after_background_kill(*, task: str, attempts: Sequence[AttemptView]) -> Back
         action="carry_on",
         progress_line=carry_on_line(task, killed),
         killed=killed,
-        reason=f"Carry on: {task} {why}; this is not a failure, and the attempt's outcome stands.",
+        reason=f"Carry on: {task}, {why}; this is not a failure, and the attempt's outcome stands.",
     )
 
 
@@ -464,7 +464,8 @@ def _narrower_scope(failure: Failure | None) -> str:
     if failure is not None and (failure.signature or failure.message):
         message = failure.message.strip()
         if len(message) > SCOPE_MESSAGE_CHARS:
-            message = message[: SCOPE_MESSAGE_CHARS - 1].rstrip() + "…"
+            cut = message[: SCOPE_MESSAGE_CHARS - 1]
+            message = (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip() + "…"  # whole words
         detail = ": ".join(part for part in (failure.signature, message) if part)
         what = f"the part that failed ({detail})"
     return (

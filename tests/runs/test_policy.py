@@ -331,6 +331,9 @@ def test_it_cuts_a_long_message_in_the_scope_sentence() -> None:
     assert result.scope is not None
     assert len(result.scope) < 400
     assert "…" in result.scope
+    words = AttemptView(1, "alice", "p", "c", "failed", Failure("spec", "", "data " * 100))
+    scope = decision(words).scope
+    assert scope is not None and "data…" in scope and "da…" not in scope.replace("data…", "")
 
 
 # Rule 4: reroute; rule 5: escalate.
@@ -455,7 +458,7 @@ def test_a_resume_that_ends_with_killed_background_work_is_warned_about_and_the_
         "was killed; carrying on"
     )
     assert again.killed == ("./mvnw test",)
-    assert "the Resume (attempt 2) ended" in again.reason
+    assert "implement, its Resume (attempt 2) ended" in again.reason
     assert again.reason.endswith("this is not a failure, and the attempt's outcome stands.")
 
 
@@ -521,7 +524,7 @@ def test_a_resume_is_decided_on_by_its_own_outcome() -> None:
     ("attempts", "action", "why"),
     [
         ([left(1, "a", resumable=True)], "resume", "Resume once"),
-        ([left(1, "a", resumable=True, resumed=True)], "carry_on", "the Resume (attempt 1)"),
+        ([left(1, "a", resumable=True, resumed=True)], "carry_on", "its Resume (attempt 1)"),
         (
             [
                 left(1, "a", resumable=True),
