@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 
 from escalations.models import Escalation
 from fleet import demo
+from fleet.models import Delivery
 from fleet.stories import all_green, forge_outage, hung_test_run
 from runs.models import Run, Task
 from tests.conftest import eventually
@@ -23,8 +24,9 @@ def expect():
 
 
 @pytest.fixture
-def loaded(settings, tmp_path, worker):
+def loaded(settings, tmp_path, worker, live_server):
     settings.VAR_DIR = tmp_path
+    settings.SITE_URL = live_server.url  # the demo's callback is this server, as with make run
     demo.load()
     reviewer = get_user_model().objects.get(username="reviewer")
     reviewer.set_password(PASSWORD)
@@ -103,8 +105,21 @@ def test_story_3_the_hung_test_run_shows_its_full_failure_cause(loaded, screens)
     screen = screens()
     screen.sign_in("reviewer", PASSWORD)
     page = screen.page
+    # run.failed went to the demo's callback, signed, with the full cause.
+    eventually(
+        lambda: Delivery.objects.filter(type="run.failed", status="delivered").exists(), timeout=60
+    )
     page.goto(f"/runs/{loaded[hung_test_run.RUN]}/")
-    expect()(page.get_by_text(hung_test_run.CAUSE_PREFIX.strip()[:60]).first).to_be_visible()
+    cause = (
+        "implement session ended with a background task still running (./mvnw test), which was "
+        "killed, and a later step failed: no PR found"
+    )
+    expect()(page.get_by_role("alert").filter(has_text="Failure cause")).to_contain_text(cause)
     expect()(page.get_by_text(hung_test_run.PROGRESS).first).to_be_visible()
+    deliveries = page.get_by_role("region", name="Deliveries")
+    expect()(deliveries.get_by_role("row").filter(has_text="run.failed")).to_contain_text(cause)
+    expect()(deliveries.get_by_role("row").filter(has_text="run.failed")).to_contain_text(
+        "delivered"
+    )
     screen.shot("story-3-hung-test-run")
     assert not screen.problems, screen.problems
