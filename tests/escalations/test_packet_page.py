@@ -207,6 +207,18 @@ def test_the_status_poll_stops_once_someone_has_acted(desk, browser, fleet):
     assert "hx-trigger" not in done.content.decode()
 
 
+def test_the_answer_form_says_when_another_reviewer_holds_the_claim(desk, browser, fleet):
+    escalation = desk.escalate()
+    bob = Client()
+    bob.force_login(member("bob", fleet))
+    bob.post(f"/escalations/{escalation.pk}/claim/")
+    page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "your answer is refused until they release it or the claim expires" in page
+    assert 'id="answer-form"' in page  # a draft can be written meanwhile
+    mine = bob.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "your answer is refused" not in mine
+
+
 def test_a_status_poll_that_finds_nothing_changed_swaps_nothing(desk, browser, fleet):
     escalation = desk.escalate()
     page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
