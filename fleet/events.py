@@ -4,7 +4,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
@@ -300,9 +300,10 @@ def _printable(text: str) -> str:
 MAX_DEPTH: Final = 64  # deeper JSON is no event: it would only exhaust the checks' recursion
 
 
-def loads(text: str | bytes) -> object:
+def loads(text: str | bytes) -> tuple[object, list[dict[str, str]]]:
     """JSON as sent (RFC 8259: NaN, Infinity and -Infinity are not JSON, though Python's reader
-    takes them); an object naming one field twice is refused (JSON would keep the last)."""
+    takes them), and the fields an object names twice (JSON would keep the last silently): they
+    are refused with the event's other errors (`parse(..., repeated=...)`)."""
     repeated: dict[int, list[str]] = {}
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -315,32 +316,36 @@ def loads(text: str | bytes) -> object:
         value = json.loads(text, object_pairs_hook=pairs, parse_constant=_not_json)
     except RecursionError:
         raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
-    found: list[dict[str, str]] = []
+    deep: list[dict[str, str]] = []
+    twice: list[dict[str, str]] = []
     stack: list[tuple[object, str, int]] = [(value, "", 0)]
     while stack:
         item, where, depth = stack.pop()
         if depth > MAX_DEPTH:
-            found.append(error(where, f"nested more than {MAX_DEPTH} levels deep"))
+            deep.append(error(where, f"nested more than {MAX_DEPTH} levels deep"))
             continue
         if isinstance(item, dict):
             for name in repeated.get(id(item), ()):
                 loc = f"{where}.{_printable(name)}" if where else _printable(name)
-                found.append(error(loc, "sent more than once in one object"))
+                twice.append(error(loc, "sent more than once in one object"))
             stack.extend((v, f"{where}.{k}" if where else k, depth + 1) for k, v in item.items())
         elif isinstance(item, list):
             stack.extend((v, f"{where}.{i}", depth + 1) for i, v in enumerate(item))
-    if found:
-        raise Invalid(sorted(found, key=lambda e: e["loc"]))
-    return value
+    if deep:  # nothing deeper is checked: the checks themselves would recurse too far
+        raise Invalid(sorted(deep + twice, key=lambda e: e["loc"]))
+    return value, sorted(twice, key=lambda e: e["loc"])
 
 
-def parse(body: object, *, imported: bool = False) -> tuple[Envelope, Strict]:
+def parse(
+    body: object, *, imported: bool = False, repeated: Sequence[dict[str, str]] = ()
+) -> tuple[Envelope, Strict]:
     """Validate an envelope and its data; raise Invalid naming every bad field.
 
-    NUL bytes, the schema and the rules across fields are checked together; when any fails, the
-    Invalid carries what did parse (`partial`) so that the intake can name reference errors too.
+    Fields sent twice (`repeated`, from `loads`), NUL bytes, the schema and the rules across
+    fields are checked together; when any fails, the Invalid carries what did parse (`partial`)
+    so that the intake can name reference errors too.
     """
-    errors = unstorable(body)
+    errors = [*repeated, *unstorable(body)]
     bad = {e["loc"] for e in errors}  # pydantic would name the same strings again
     if not isinstance(body, dict):
         raise Invalid(

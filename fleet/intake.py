@@ -6,7 +6,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -179,13 +179,13 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
             Reply(400, {"errors": [error("body", f"not valid UTF-8: {bad}")]}),
         )
     try:
-        raw = loads(text)
+        raw, repeated = loads(text)
     except Invalid as exc:
         return unreadable(agent, webhook_id, body, Reply(exc.status, {"errors": exc.errors}))
     except ValueError as exc:
         refused = Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
         return unreadable(agent, webhook_id, body, refused)
-    return apply(agent=agent, webhook_id=webhook_id, body=body, raw=raw)
+    return apply(agent=agent, webhook_id=webhook_id, body=body, raw=raw, repeated=repeated)
 
 
 def unreadable(agent: Agent, webhook_id: str, body: bytes, refused: Reply) -> Reply:
@@ -197,12 +197,18 @@ def unreadable(agent: Agent, webhook_id: str, body: bytes, refused: Reply) -> Re
 
 
 def apply(
-    *, agent: Agent, webhook_id: str, body: bytes, raw: object, imported: bool = False
+    *,
+    agent: Agent,
+    webhook_id: str,
+    body: bytes,
+    raw: object,
+    imported: bool = False,
+    repeated: Sequence[dict[str, str]] = (),
 ) -> Reply:
     """Apply one event once: a replay of its webhook-id gets the first response."""
     digest = hashlib.sha256(body).hexdigest()
     try:
-        envelope, data = parse(raw, imported=imported)
+        envelope, data = parse(raw, imported=imported, repeated=repeated)
         packet_too_big(data)
     except Invalid as exc:
         # A used webhook-id is a conflict before it is a bad body.

@@ -738,6 +738,18 @@ def test_a_field_sent_twice_in_one_object_is_422_naming_each(planner, coder):
     assert not Run.objects.exists()
 
 
+def test_a_field_sent_twice_is_named_with_the_bodys_other_errors(planner, coder):
+    body = (
+        b'{"type": "task.finished", "timestamp": "2026-12-02T10:00:00Z", "data": '
+        b'{"run": "nope", "task": "a", "task": "b", "outcome": "maybe"}}'
+    )
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 422
+    named = {e["loc"]: e["msg"] for e in response.json()["errors"]}
+    assert set(named) == {"data.task", "data.outcome", "data.run"}
+    assert "more than once" in named["data.task"] and "unknown run" in named["data.run"]
+
+
 def test_an_envelope_naming_an_agent_is_refused_pointing_at_data_agent(planner, coder):
     body = json.dumps(
         {"type": "run.started", "timestamp": "2026-12-02T10:00:00Z", "agent": "coder",

@@ -79,7 +79,7 @@ def read(fleet: Fleet, content: bytes, report: Report) -> list[Line]:
             report.fail(number, [{"loc": "body", "msg": f"larger than the limit of {limit} bytes"}])
             continue
         try:
-            raw = loads(body)
+            raw, repeated = loads(body)
         except Invalid as exc:
             report.fail(number, exc.errors)
             continue
@@ -98,7 +98,7 @@ def read(fleet: Fleet, content: bytes, report: Report) -> list[Line]:
         elif agent is None:
             errors.append({"loc": "agent", "msg": f"no agent {name!r} in fleet {fleet.name!r}"})
         try:
-            _, data = parse(raw, imported=True)
+            _, data = parse(raw, imported=True, repeated=repeated)
         except Invalid as exc:
             errors += exc.errors
         if errors or agent is None:
