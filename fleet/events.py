@@ -297,6 +297,7 @@ def _printable(text: str) -> str:
     return _ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
+JsonPath = tuple[Any, str | int]  # (the parent's JsonPath or None, this key or index)
 MAX_DEPTH: Final = 64  # deeper JSON is no event: it would only exhaust the checks' recursion
 
 
@@ -318,22 +319,30 @@ def loads(text: str | bytes) -> tuple[object, list[dict[str, str]]]:
         raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
     deep: list[dict[str, str]] = []
     twice: list[dict[str, str]] = []
-    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    # A path is (parent path, key), spelled out only for an error: this walks every value.
+    stack: list[tuple[object, JsonPath | None, int]] = [(value, None, 0)]
     while stack:
-        item, where, depth = stack.pop()
+        item, path, depth = stack.pop()
         if depth > MAX_DEPTH:
-            deep.append(error(where, f"nested more than {MAX_DEPTH} levels deep"))
+            deep.append(error(_spelled(path), f"nested more than {MAX_DEPTH} levels deep"))
             continue
         if isinstance(item, dict):
             for name in repeated.get(id(item), ()):
-                loc = f"{where}.{_printable(name)}" if where else _printable(name)
-                twice.append(error(loc, "sent more than once in one object"))
-            stack.extend((v, f"{where}.{k}" if where else k, depth + 1) for k, v in item.items())
+                twice.append(error(_spelled((path, name)), "sent more than once in one object"))
+            stack.extend((v, (path, k), depth + 1) for k, v in item.items())
         elif isinstance(item, list):
-            stack.extend((v, f"{where}.{i}", depth + 1) for i, v in enumerate(item))
+            stack.extend((v, (path, i), depth + 1) for i, v in enumerate(item))
     if deep:  # nothing deeper is checked: the checks themselves would recurse too far
         raise Invalid(sorted(deep + twice, key=lambda e: e["loc"]))
     return value, sorted(twice, key=lambda e: e["loc"])
+
+
+def _spelled(path: JsonPath | None) -> str:
+    parts: list[str] = []
+    while path is not None:
+        path, key = path
+        parts.append(_printable(key) if isinstance(key, str) else str(key))
+    return ".".join(reversed(parts))
 
 
 def parse(

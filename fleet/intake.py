@@ -120,7 +120,10 @@ def reference_errors(agent: Agent, partial: Partial) -> list[dict[str, str]]:
 
 
 def actor_for(sender: Agent, data: Strict) -> Agent:
-    name = getattr(data, "agent", None)
+    return actor_named(sender, getattr(data, "agent", None))
+
+
+def actor_named(sender: Agent, name: str | None) -> Agent:
     if name is None or name == sender.name:
         return sender
     if not sender.is_orchestrator:
@@ -135,12 +138,12 @@ def actor_for(sender: Agent, data: Strict) -> Agent:
 
 def actor_errors(sender: Agent, name: object) -> list[dict[str, str]]:
     """Whom a refused event's data.agent names, checked beside its other errors."""
-    if not isinstance(name, str) or name == sender.name:
+    if not isinstance(name, str):
         return []
-    if not sender.is_orchestrator:
-        return [error("data.agent", "only an orchestrator may act as another agent")]
-    if not Agent.objects.filter(fleet_id=sender.fleet_id, name=name).exists():
-        return [error("data.agent", f"no agent {name!r} in this fleet")]
+    try:
+        actor_named(sender, name)
+    except Invalid as exc:
+        return exc.errors
     return []
 
 
@@ -190,10 +193,13 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
 
 def unreadable(agent: Agent, webhook_id: str, body: bytes, refused: Reply) -> Reply:
     """A body that cannot be read: a used webhook-id is a conflict (409) before a bad body."""
+    return replayed(agent, webhook_id, hashlib.sha256(body).hexdigest()) or refused
+
+
+def replayed(agent: Agent, webhook_id: str, digest: str) -> Reply | None:
+    """The first response again if the webhook-id was applied (409 if for another body)."""
     previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
-    if previous is not None:
-        return replay(previous, hashlib.sha256(body).hexdigest())
-    return refused
+    return replay(previous, digest) if previous is not None else None
 
 
 def apply(
@@ -212,9 +218,9 @@ def apply(
         packet_too_big(data)
     except Invalid as exc:
         # A used webhook-id is a conflict before it is a bad body.
-        previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
-        if previous is not None:
-            return replay(previous, digest)
+        used = replayed(agent, webhook_id, digest)
+        if used is not None:
+            return used
         errors = exc.errors
         if exc.partial is not None:
             named = {e["loc"] for e in errors}
@@ -225,9 +231,9 @@ def apply(
     try:
         actor = actor_for(agent, data)
     except Invalid as exc:
-        previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
-        if previous is not None:
-            return replay(previous, digest)
+        used = replayed(agent, webhook_id, digest)
+        if used is not None:
+            return used
         errors = exc.errors
         if exc.status == 422:  # an unknown agent: name the other bad references with it
             errors += reference_errors(agent, partial_of(envelope.type, envelope.data, data, []))
@@ -236,9 +242,9 @@ def apply(
         try:
             return _apply_once(agent, actor, webhook_id, digest, envelope, data, imported)
         except IntegrityError:
-            previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
-            if previous is not None:
-                return replay(previous, digest)
+            used = replayed(agent, webhook_id, digest)
+            if used is not None:
+                return used
             # A concurrent event created the same row first (a run, a claim): apply again.
     return Reply(409, {"errors": [error("body", "conflicts with a concurrent event; retry")]})
 

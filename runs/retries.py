@@ -203,8 +203,10 @@ def decide_failure(
 
     tool = task.agent if task.agent.is_tool else attempt.agent if attempt.agent.is_tool else None
     # A task rerouted to a tool has had its reroute: the policy escalates it (rule 5).
-    rerouted = Decision.objects.filter(task=task, action=Decision.Action.REROUTE).exists()
-    if tool is not None and rerouted:
+    if (
+        tool is not None
+        and Decision.objects.filter(task=task, action=Decision.Action.REROUTE).exists()
+    ):
         tool = None
     if tool is not None and (override is not None or attempt.failure_kind != "transient"):
         decision = record(

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from runs.models import Attempt, Blocker, Claim, Decision, Prerequisite, ProgressLine, Run, Task
+from runs.models import Attempt, Blocker, Claim, Decision, ProgressLine, Run, Task
 from runs.policy import failure_cause
 
 
@@ -14,18 +14,14 @@ def runs_visible(fleet_ids: list[int]) -> QuerySet[Run]:
 
 
 def task_rows(run: Run) -> list[dict[str, Any]]:
-    from runs import scheduler
+    from runs import frontier, scheduler
 
     # Computed now, as GET .../frontier and the start gate compute them: the stored blockers
     # (the checkpoint) catch up in the worker a moment after each event.
-    now = scheduler.frontier_of(run)
+    nodes = scheduler.nodes_for(run)
+    now = frontier.frontier(nodes, scheduler.world_for(run))
     blockers = {key: list(codes) for key, codes in now.deferred.items()}
     ready_now = set(now.ready)
-    edges: dict[int, list[str]] = {}
-    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
-        "task_id", "requires__key"
-    ):
-        edges.setdefault(task_id, []).append(key)
     live = run.state == Run.State.RUNNING
     return [
         {
@@ -38,7 +34,7 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
             "blockers": sorted(blockers.get(t.key, []))
             if live or t.state != Task.State.PENDING
             else [f"run:{run.state}", *sorted(blockers.get(t.key, []))],
-            "prerequisites": edges.get(t.pk, []),
+            "prerequisites": list(nodes[t.key].prerequisites),
             "capabilities": t.capabilities,
             "reads_state_of": t.reads_state_of,
             "effect": t.effect,

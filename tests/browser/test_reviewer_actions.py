@@ -185,7 +185,7 @@ def test_an_answer_refused_for_its_security_token_keeps_what_was_typed(desk, scr
         page.get_by_role("alert").filter(has_text="security token has expired")
     ).to_be_visible()
     expect()(answer).to_have_value("Use the loyalty_points threshold")
-    expect()(page.get_by_role("button", name="Log out")).to_have_count(0)
+    expect()(page.get_by_role("button", name="Sign out")).to_have_count(1)  # no page in a page
     expect()(page.get_by_role("heading", name="This form has expired")).to_have_count(0)
     assert Escalation.objects.get(pk=escalation.pk).status == "open"
     assert all("403" in problem for problem in alice.problems), alice.problems
