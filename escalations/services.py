@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from escalations.models import Answer, Escalation, FailurePacket
 from escalations.packets import Packet, validate_packet
-from fleet.events import Invalid, PacketSubmitted, error
+from fleet.errors import Refusal, error
+from fleet.events import PacketSubmitted
 from fleet.intake import Context
 from fleet.models import Agent, Membership
 from fleet.outbox import notify
@@ -40,14 +41,14 @@ def packet_submit(context: Context, data: PacketSubmitted) -> dict[str, Any]:
     try:
         run = run_for(context, data.run)
         task = task_for(run, data.task)
-    except Invalid as exc:
-        raise Invalid(exc.errors + packet_errors(data.packet, data.task), exc.status) from None
+    except Refusal as exc:
+        raise Refusal(exc.errors + packet_errors(data.packet, data.task), exc.status) from None
     refuse_unless_own(context, task)
     checked, errors = checked_packet(data.packet, task.key)
     if checked is None:
-        raise Invalid(errors)
+        raise Refusal(errors)
     if task.state in (Task.State.SUCCEEDED, Task.State.CANCELLED):
-        raise Invalid(
+        raise Refusal(
             [error("data.task", f"task {task.key!r} is {task.state}; nothing to escalate")], 409
         )
     escalation, action = escalation_for_packet(task)
@@ -140,20 +141,11 @@ ANSWER_MAX_CHARS = 5_000
 NOTE_MAX_CHARS = 1_000
 
 
-class Refused(Exception):
-    """A desk action that cannot be taken now; the message tells the reviewer why and what next."""
-
-    def __init__(self, message: str, *, status: int = 409) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-class AlreadyActed(Refused):
+class AlreadyActed(Refusal):
     """Someone acted first: the message names who and when ("Answered by alice at ...")."""
 
     def __init__(self, escalation: Escalation) -> None:
-        super().__init__(acted_message(escalation))
+        super().__init__(acted_message(escalation), status=409)
         self.escalation = escalation
 
 
@@ -192,9 +184,10 @@ def refuse_unless_open(escalation: Escalation, reviewer: Any, now: datetime) -> 
         raise AlreadyActed(escalation)
     if claim_active(escalation, now) and escalation.claimed_by_id != reviewer.pk:
         assert escalation.claimed_by is not None and escalation.claim_expires_at is not None
-        raise Refused(
+        raise Refusal(
             f"Claimed by {escalation.claimed_by.get_username()} until "
-            f"{stamp(escalation.claim_expires_at)}: ask them, or wait for the claim to expire."
+            f"{stamp(escalation.claim_expires_at)}: ask them, or wait for the claim to expire.",
+            status=409,
         )
 
 
@@ -249,8 +242,9 @@ def latest_attempt(task: Task) -> Attempt | None:
 
 def refuse_unless_running(run: Run, what: str) -> None:
     if run.state != Run.State.RUNNING:
-        raise Refused(
-            f"The run has {run.state}" + (f" ({run.cause})" if run.cause else "") + f": {what}"
+        raise Refusal(
+            f"The run has {run.state}" + (f" ({run.cause})" if run.cause else "") + f": {what}",
+            status=409,
         )
 
 
@@ -322,18 +316,20 @@ def escalation_answer(
     run, task, escalation = lock_for_action(escalation.pk)
     refuse_unless_open(escalation, reviewer, now)
     if option and option not in options_of(escalation):
-        raise Refused("Choose one of the packet's options, or write the answer.", status=422)
+        raise Refusal("Choose one of the packet's options, or write the answer.", status=422)
     if not text and not option:
-        raise Refused("Write the answer (or choose an option) before releasing.", status=422)
+        raise Refusal("Write the answer (or choose an option) before releasing.", status=422)
     if len(text) > ANSWER_MAX_CHARS:
-        raise Refused(
+        raise Refusal(
             f"The answer is {len(text):,} characters; keep it under {ANSWER_MAX_CHARS:,}: "
             "the agent needs the one fact, not an essay.",
             status=422,
         )
     refuse_unless_running(run, "an answer cannot release anything; abort to close it.")
     if task.state != Task.State.ESCALATED:
-        raise Refused(f"The task {task.key} is {task.state}, not waiting for an answer.")
+        raise Refusal(
+            f"The task {task.key} is {task.state}, not waiting for an answer.", status=409
+        )
     # An option with a note is both; the option's own words typed again are just the option.
     answer_text = f"{option}: {text}" if option and text and text != option else (text or option)
     try:
@@ -458,11 +454,11 @@ def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, not
     refuse_unless_open(escalation, reviewer, now)
     target = Agent.objects.filter(fleet_id=run.fleet_id, name=agent).first()
     if target is None:
-        raise Refused(f"Choose an agent of the fleet {run.fleet.name}.", status=422)
+        raise Refusal(f"Choose an agent of the fleet {run.fleet.name}.", status=422)
     if target.pk == task.agent_id:
-        raise Refused(f"{task.key} is already {target.name}'s: choose another agent.", status=422)
+        raise Refusal(f"{task.key} is already {target.name}'s: choose another agent.", status=422)
     if not note:
-        raise Refused("Say why it goes to another agent: the new agent reads it.", status=422)
+        raise Refusal("Say why it goes to another agent: the new agent reads it.", status=422)
     refuse_unless_running(run, "there is nothing to reroute; abort to close it.")
     was = task.agent.name
     attempt = latest_attempt(task)
@@ -520,9 +516,9 @@ def escalation_return(
     run, task, escalation = lock_for_action(escalation.pk)
     refuse_unless_open(escalation, reviewer, now)
     if field not in PACKET_FIELDS:
-        raise Refused("Name the packet field that is not good enough.", status=422)
+        raise Refusal("Name the packet field that is not good enough.", status=422)
     if not note:
-        raise Refused(f"Say what is missing from {field}: the agent reads it.", status=422)
+        raise Refusal(f"Say what is missing from {field}: the agent reads it.", status=422)
     escalation.returned_reason = f"{field}: {note[:NOTE_MAX_CHARS]}"
     close(escalation, reviewer, Escalation.Status.RETURNED, now)
     notify(
@@ -563,7 +559,7 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
     run, task, escalation = lock_for_action(escalation.pk)
     refuse_unless_open(escalation, reviewer, now)
     if not reason:
-        raise Refused(
+        raise Refusal(
             "Say why the task is aborted: it becomes the run's failure cause.", status=422
         )
     reason = reason[:NOTE_MAX_CHARS]
@@ -655,9 +651,10 @@ def claim_recheck(*, claim: Claim, reviewer: Any) -> Claim:
     with transaction.atomic():
         claim = Claim.objects.select_for_update(of=("self",)).get(pk=claim.pk)
         if claim.status != Claim.Status.UNVERIFIED:
-            raise Refused(
+            raise Refusal(
                 f"{claim.key} is already {claim.status} ({claim.status_reason}); "
-                "a re-check settles only an unverified claim."
+                "a re-check settles only an unverified claim.",
+                status=409,
             )
         if claim.verification_pending:
             return claim  # already on its way to the verifier
@@ -665,7 +662,7 @@ def claim_recheck(*, claim: Claim, reviewer: Any) -> Claim:
             source__istartswith="agent:"
         )
         if not rows.exists():
-            raise Refused(
+            raise Refusal(
                 f"Nothing a verifier can re-check: {claim.key} was posted "
                 + (
                     "citing another agent's text"
@@ -725,20 +722,20 @@ def claim_check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str)
     run = claim.run
     refuse_unless_reviewer(reviewer, run.fleet_id, run.fleet.name)
     if verdict not in VERDICTS:
-        raise Refused("Choose a verdict: verified or refuted.", status=422)
+        raise Refusal("Choose a verdict: verified or refuted.", status=422)
     if not note:
-        raise Refused(
+        raise Refusal(
             f"Say what you checked to find {claim.key} {verdict}: the note is its evidence.",
             status=422,
         )
     if len(note) > NOTE_MAX_CHARS:
-        raise Refused(
+        raise Refusal(
             f"The note is {len(note):,} characters; keep it under {NOTE_MAX_CHARS:,}.",
             status=422,
         )
     refuse_unless_running(run, "a verdict now would change nothing.")
     if claim.status == verdict:
-        raise Refused(f"{claim.key} is already {verdict} ({claim.status_reason}).")
+        raise Refusal(f"{claim.key} is already {verdict} ({claim.status_reason}).", status=409)
     return check_by_hand(claim=claim, reviewer=reviewer, verdict=verdict, note=note)
 
 
@@ -746,7 +743,7 @@ def refuse_unless_reviewer(user: Any, fleet_id: int, fleet: str) -> None:
     if not Membership.objects.filter(
         user_id=user.pk or 0, fleet_id=fleet_id, role=Membership.Role.REVIEWER
     ).exists():
-        raise Refused(
+        raise Refusal(
             f"Only a reviewer of fleet {fleet} can act on its escalations, claims and tasks: "
             "as its manager you can read them.",
             status=403,
@@ -766,14 +763,16 @@ def task_release_stop(*, task: Task, reviewer: Any) -> Task:
     task = Task.objects.select_for_update(of=("self",)).get(pk=task.pk)
     refuse_unless_running(run, "there is nothing to release.")
     if task.released:
-        raise Refused(f"{task.key}'s uncertain-dependency stop was released already.")
+        raise Refusal(f"{task.key}'s uncertain-dependency stop was released already.", status=409)
     if (
         task.effect != Task.Effect.EXTERNAL
         or task.dependency_confidence != Task.Confidence.UNCERTAIN
     ):
-        raise Refused(f"{task.key} has no uncertain-dependency stop to release.")
+        raise Refusal(f"{task.key} has no uncertain-dependency stop to release.", status=409)
     if task.state != Task.State.PENDING:
-        raise Refused(f"{task.key} is {task.state}: only a pending task waits at a stop.")
+        raise Refusal(
+            f"{task.key} is {task.state}: only a pending task waits at a stop.", status=409
+        )
     now = timezone.now()
     task.released = True
     task.save(update_fields=["released"])

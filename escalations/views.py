@@ -22,7 +22,8 @@ from django_htmx.middleware import HtmxDetails
 from escalations import selectors, services
 from escalations.middleware import SET_PASSWORD
 from escalations.models import Escalation
-from escalations.services import AlreadyActed, Refused
+from escalations.services import AlreadyActed
+from fleet.errors import Refusal
 from fleet.models import Fleet, OneTimePassword
 from runs.models import Claim
 
@@ -213,14 +214,14 @@ def back_to(request: HtmxHttpRequest, default: str) -> str:
 
 def refuse_unless_reviewer(request: HtmxHttpRequest, escalation: Escalation) -> None:
     if not selectors.reviews(request.user, escalation.fleet_id):
-        raise Refused(
+        raise Refusal(
             f"Only a reviewer of fleet {escalation.fleet.name} can act on its escalations: "
             "as its manager you can read the queue and the packets.",
             status=403,
         )
 
 
-def forbidden(request: HtmxHttpRequest, escalation: Escalation, refused: Refused) -> HttpResponse:
+def forbidden(request: HtmxHttpRequest, escalation: Escalation, refused: Refusal) -> HttpResponse:
     """A manager's attempt to act, from a plain form: the reason, and the way back."""
     return render(
         request,
@@ -235,7 +236,7 @@ def forbidden(request: HtmxHttpRequest, escalation: Escalation, refused: Refused
 
 
 def claim_response(
-    request: HtmxHttpRequest, escalation: Escalation, error: Refused | None
+    request: HtmxHttpRequest, escalation: Escalation, error: Refusal | None
 ) -> HttpResponseBase:
     if error is not None and error.status == 403 and not request.htmx:
         return forbidden(request, escalation, error)
@@ -274,7 +275,7 @@ def claim(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
     try:
         refuse_unless_reviewer(request, escalation)
         services.escalation_claim(escalation=escalation, reviewer=request.user)
-    except Refused as refused:
+    except Refusal as refused:
         return claim_response(request, escalation, refused)
     return claim_response(request, escalation, None)
 
@@ -286,12 +287,12 @@ def release(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
     try:
         refuse_unless_reviewer(request, escalation)
         services.escalation_release(escalation=escalation, reviewer=request.user)
-    except Refused as refused:
+    except Refusal as refused:
         return claim_response(request, escalation, refused)
     return claim_response(request, escalation, None)
 
 
-def told(refused: Refused) -> str:
+def told(refused: Refusal) -> str:
     """A refusal as the desk says it: someone who acted first is named with how it ended."""
     if isinstance(refused, AlreadyActed):
         return services.outcome_of(refused.escalation)[0]
@@ -373,7 +374,7 @@ def back_to_packet(
     request: HtmxHttpRequest,
     escalation_id: int,
     *,
-    refused: Refused | None = None,
+    refused: Refusal | None = None,
     form: dict[str, str] | None = None,
     action: str = "answer",
     anchor: str = "",
@@ -416,7 +417,7 @@ def packet(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
 
 
 def packet_status_response(
-    request: HtmxHttpRequest, escalation: Escalation, error: Refused | None = None
+    request: HtmxHttpRequest, escalation: Escalation, error: Refusal | None = None
 ) -> HttpResponse:
     context = packet_context(request, escalation)
     context["error"] = told(error) if error else ""
@@ -451,7 +452,7 @@ def packet_action(
     try:
         refuse_unless_reviewer(request, escalation)
         done = call(escalation)
-    except Refused as refused:
+    except Refusal as refused:
         if refused.status == 403 and not request.htmx:
             return forbidden(request, escalation, refused)
         if not request.htmx:
@@ -558,7 +559,7 @@ def claim_of(escalation: Escalation, claim_id: int) -> Claim:
 
 
 def claim_row_response(
-    request: HtmxHttpRequest, escalation: Escalation, claim: Claim, error: Refused | None = None
+    request: HtmxHttpRequest, escalation: Escalation, claim: Claim, error: Refusal | None = None
 ) -> HttpResponse:
     now = timezone.now()
     radii = selectors.radii_for(escalation.run, now=now)
@@ -593,7 +594,7 @@ def recheck(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -> Http
     try:
         refuse_unless_reviewer(request, escalation)
         services.claim_recheck(claim=claim, reviewer=request.user)
-    except Refused as refused:
+    except Refusal as refused:
         error = refused
     claim.refresh_from_db()
     if request.htmx:

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleet.errors import Refusal, error
 from runs.evidence import payload_hash
 
 # The lengths are the columns' (runs/models.py, fleet/models.py): longer is a 422, not a 500.
@@ -217,22 +218,6 @@ class Partial:
     tasks: tuple[TaskEntry, ...] = ()  # run.started and tasks.added
 
 
-class Invalid(Exception):
-    """A request the webhook refuses; carries the JSON error list and the status."""
-
-    def __init__(
-        self, errors: list[dict[str, str]], status: int = 422, partial: Partial | None = None
-    ) -> None:
-        super().__init__(errors)
-        self.errors = errors
-        self.status = status
-        self.partial = partial
-
-
-def error(loc: str, msg: str) -> dict[str, str]:
-    return {"loc": loc, "msg": msg}
-
-
 def pydantic_errors(exc: ValidationError, prefix: str) -> list[dict[str, str]]:
     """The one place a validation error becomes the JSON error list."""
     errors = []
@@ -333,7 +318,7 @@ def loads(text: str | bytes) -> tuple[object, list[dict[str, str]]]:
         elif isinstance(item, list):
             stack.extend((v, (path, i), depth + 1) for i, v in enumerate(item))
     if deep:  # nothing deeper is checked: the checks themselves would recurse too far
-        raise Invalid(sorted(deep + twice, key=lambda e: e["loc"]))
+        raise Refusal(sorted(deep + twice, key=lambda e: e["loc"]))
     return value, sorted(twice, key=lambda e: e["loc"])
 
 
@@ -348,16 +333,16 @@ def _spelled(path: JsonPath | None) -> str:
 def parse(
     body: object, *, imported: bool = False, repeated: Sequence[dict[str, str]] = ()
 ) -> tuple[Envelope, Strict]:
-    """Validate an envelope and its data; raise Invalid naming every bad field.
+    """Validate an envelope and its data; raise Refusal naming every bad field.
 
     Fields sent twice (`repeated`, from `loads`), NUL bytes, the schema and the rules across
-    fields are checked together; when any fails, the Invalid carries what did parse (`partial`)
+    fields are checked together; when any fails, the Refusal carries what did parse (`partial`)
     so that the intake can name reference errors too.
     """
     errors = [*repeated, *unstorable(body)]
     bad = {e["loc"] for e in errors}  # pydantic would name the same strings again
     if not isinstance(body, dict):
-        raise Invalid(
+        raise Refusal(
             [*errors, error("body", "must be a JSON object with type, timestamp and data")]
         )
     if not imported and "agent" in body:
@@ -371,7 +356,7 @@ def parse(
         errors += [e for e in pydantic_errors(exc, "") if e["loc"] not in bad]
     kind, raw = body.get("type"), body.get("data")
     if not isinstance(kind, str) or kind not in DATA_MODELS or not isinstance(raw, dict):
-        raise Invalid(errors)  # the envelope's errors name what is missing
+        raise Refusal(errors)  # the envelope's errors name what is missing
     data: Strict | None = None
     try:
         data = DATA_MODELS[kind].model_validate(raw)
@@ -379,7 +364,7 @@ def parse(
         errors += [e for e in pydantic_errors(exc, "data") if e["loc"] not in bad]
     errors += rule_errors(kind, raw)
     if errors or envelope is None or data is None:
-        raise Invalid(errors, partial=partial_of(kind, raw, data, errors))
+        raise Refusal(errors, partial=partial_of(kind, raw, data, errors))
     return envelope, data
 
 

@@ -16,7 +16,8 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from fleet import signing
-from fleet.events import Invalid, Partial, Strict, error, loads, parse, partial_of
+from fleet.errors import Refusal, error
+from fleet.events import Partial, Strict, loads, parse, partial_of
 from fleet.models import Agent, Event, SigningKey
 
 log = logging.getLogger(__name__)
@@ -127,12 +128,12 @@ def actor_named(sender: Agent, name: str | None) -> Agent:
     if name is None or name == sender.name:
         return sender
     if not sender.is_orchestrator:
-        raise Invalid(
+        raise Refusal(
             [error("data.agent", "only an orchestrator may act as another agent")], status=403
         )
     actor = Agent.objects.filter(fleet_id=sender.fleet_id, name=name).first()
     if actor is None:
-        raise Invalid([error("data.agent", f"no agent {name!r} in this fleet")])
+        raise Refusal([error("data.agent", f"no agent {name!r} in this fleet")])
     return actor
 
 
@@ -142,7 +143,7 @@ def actor_errors(sender: Agent, name: object) -> list[dict[str, str]]:
         return []
     try:
         actor_named(sender, name)
-    except Invalid as exc:
+    except Refusal as exc:
         return exc.errors
     return []
 
@@ -183,7 +184,7 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
         )
     try:
         raw, repeated = loads(text)
-    except Invalid as exc:
+    except Refusal as exc:
         return unreadable(agent, webhook_id, body, Reply(exc.status, {"errors": exc.errors}))
     except ValueError as exc:
         refused = Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
@@ -216,7 +217,7 @@ def apply(
     try:
         envelope, data = parse(raw, imported=imported, repeated=repeated)
         packet_too_big(data)
-    except Invalid as exc:
+    except Refusal as exc:
         # A used webhook-id is a conflict before it is a bad body.
         used = replayed(agent, webhook_id, digest)
         if used is not None:
@@ -230,7 +231,7 @@ def apply(
         return Reply(exc.status, {"errors": errors})
     try:
         actor = actor_for(agent, data)
-    except Invalid as exc:
+    except Refusal as exc:
         used = replayed(agent, webhook_id, digest)
         if used is not None:
             return used
@@ -277,7 +278,7 @@ def _apply_once(
             extra = handlers()[envelope.type](context, data)
             response = {"event": str(event.pk), "type": envelope.type, **extra}
             Event.objects.filter(pk=event.pk).update(response=response)
-    except Invalid as exc:
+    except Refusal as exc:
         return Reply(exc.status, {"errors": exc.errors})
     return Reply(202, response)
 
@@ -295,4 +296,4 @@ def packet_too_big(data: Strict) -> None:
     size = len(json.dumps(packet, separators=(",", ":"), ensure_ascii=False).encode())
     if size > settings.WEBHOOK_MAX_PACKET_BYTES:
         limit = settings.WEBHOOK_MAX_PACKET_BYTES
-        raise Invalid([error("data.packet", f"larger than the limit of {limit} bytes")], status=413)
+        raise Refusal([error("data.packet", f"larger than the limit of {limit} bytes")], status=413)

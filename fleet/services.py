@@ -14,7 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.events import CapabilityChanged, Invalid, error
+from fleet.errors import Refusal, error
+from fleet.events import CapabilityChanged
 from fleet.models import (
     Agent,
     ApiToken,
@@ -38,7 +39,7 @@ def capability_change(
     if role is not None and capability.role != role:
         holder = Capability.objects.filter(fleet=fleet, role=role).exclude(pk=capability.pk).first()
         if holder is not None:
-            raise Invalid(
+            raise Refusal(
                 [error("data.role", f"the fleet's {role} capability is already {holder.name!r}")]
             )
         capability.role = role

@@ -8,11 +8,11 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Max
 
+from fleet.errors import Refusal, error
 from fleet.events import (
     ClaimChecked,
     ClaimPosted,
     EvidenceIn,
-    Invalid,
     Partial,
     RunStarted,
     TaskEntry,
@@ -20,7 +20,6 @@ from fleet.events import (
     TaskIn,
     TasksAdded,
     TaskStarted,
-    error,
 )
 from fleet.intake import Context
 from fleet.models import Agent, Capability
@@ -70,7 +69,7 @@ def run_for(context: Context, key: str, loc: str = "data.run", *, lock: bool = F
     runs = Run.objects.filter(fleet_id=context.sender.fleet_id, key=key)
     run = (runs.select_for_update() if lock else runs).first()
     if run is None:
-        raise Invalid([error(loc, f"unknown run {key!r}")])
+        raise Refusal([error(loc, f"unknown run {key!r}")])
     return run
 
 
@@ -86,7 +85,7 @@ def unknown_task(run: Run, key: str, loc: str = "data.task") -> dict[str, str]:
 def task_for(run: Run, key: str, loc: str = "data.task", *, lock: bool = True) -> Task:
     task = find_task(run, key, lock=lock)
     if task is None:
-        raise Invalid([unknown_task(run, key, loc)])
+        raise Refusal([unknown_task(run, key, loc)])
     return task
 
 
@@ -104,7 +103,7 @@ def refuse_unless_own(context: Context, task: Task, loc: str = "data.task") -> N
         if context.sender.is_orchestrator
         else f"; only {owner} (or an orchestrator naming {owner} in data.agent) may act on it"
     )
-    raise Invalid([error(loc, f"task {task.key!r} is {owner}'s, not {actor}'s{hint}")], status=403)
+    raise Refusal([error(loc, f"task {task.key!r} is {owner}'s, not {actor}'s{hint}")], status=403)
 
 
 def task_errors(
@@ -143,7 +142,7 @@ def add_tasks(context: Context, run: Run, specs: Sequence[TaskIn]) -> list[Task]
         entries=[(i, spec, spec.key) for i, spec in enumerate(specs)],
     )
     if errors:
-        raise Invalid(errors)
+        raise Refusal(errors)
     known = set(Capability.objects.filter(fleet_id=fleet_id).values_list("name", flat=True))
     needed = {name for s in specs for name in (*s.capabilities, *s.reads_state_of)} - known
     Capability.objects.bulk_create(
@@ -235,7 +234,7 @@ def run_start(context: Context, data: RunStarted) -> dict[str, Any]:
         declared = existing.declaration or stored_digest(existing)
         if declared == graph_digest(data.tasks):
             return {"run": existing.key, "created": False}
-        raise Invalid(
+        raise Refusal(
             [error("data.tasks", f"run {data.run!r} was already declared with other tasks")], 409
         )
     run = Run.objects.create(
@@ -266,7 +265,7 @@ def stored_digest(run: Run) -> str:
 def tasks_add(context: Context, data: TasksAdded) -> dict[str, Any]:
     run = run_for(context, data.run, lock=True)  # the graph grows one declaration at a time
     if run.state != Run.State.RUNNING and not context.imported:
-        raise Invalid(
+        raise Refusal(
             [error("data.run", f"run {run.key!r} has {run.state}; no task can be added to it")],
             status=409,
         )
@@ -287,13 +286,13 @@ def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
     task = task_for(run, data.task)
     refuse_unless_own(context, task)
     if task.state != Task.State.PENDING:
-        raise Invalid(
+        raise Refusal(
             [error("data.task", f"task {task.key!r} is {task.state}, not pending")], status=409
         )
     consumes = list(dict.fromkeys([*task.consumes, *data.consumes]))
     if not context.imported and run.state != Run.State.RUNNING:
         # A run that is over starts nothing more: its frontier is empty whatever the tasks allow.
-        raise Invalid(
+        raise Refusal(
             [error("data.run", f"run {run.key!r} has {run.state}; it starts nothing more")]
             + [error("blockers", f"run:{run.state}")],
             status=409,
@@ -301,7 +300,7 @@ def task_start(context: Context, data: TaskStarted) -> dict[str, Any]:
     if not context.imported:
         blockers = scheduler.blockers_of(run, task, extra_consumes=data.consumes)
         if blockers:
-            raise Invalid(
+            raise Refusal(
                 [error("data.task", f"task {task.key!r} is not in the safe ready frontier")]
                 + [error("blockers", b) for b in blockers]
                 + claim_blocker_errors(run, blockers),
@@ -389,7 +388,7 @@ def claim_post(context: Context, data: ClaimPosted) -> dict[str, Any]:
     task = task_for(run, data.task, lock=False)  # posting a claim does not change the task
     refuse_unless_own(context, task)
     if Claim.objects.filter(run=run, key=data.claim.key).exists():
-        raise Invalid(
+        raise Refusal(
             [error("data.claim.key", f"claim {data.claim.key!r} was already posted")], 409
         )
     evidence = data.claim.evidence
@@ -470,7 +469,7 @@ def claim_check(context: Context, data: ClaimChecked) -> dict[str, Any]:
             )
         )
     if errors:
-        raise Invalid(errors)
+        raise Refusal(errors)
     assert task is not None and claim is not None
     checker = f"agent:{context.actor.name}"
     row = evidence_row(claim, data.evidence, role="check", by=checker, at=context.at)
@@ -516,16 +515,16 @@ def task_finish(context: Context, data: TaskFinished) -> dict[str, Any]:
     task = task_for(run, data.task)
     refuse_unless_own(context, task)
     if task.state != Task.State.RUNNING and not context.imported:
-        raise Invalid([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
+        raise Refusal([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
     attempt = task.attempts.order_by("-number").first()
     if attempt is not None and attempt.outcome and not context.imported:
         # It finished and waits for the policy's word on the background work it left running.
-        raise Invalid(
+        raise Refusal(
             [error("data.task", f"task {task.key!r} attempt {attempt.number} has finished")], 409
         )
     if attempt is None:
         if not context.imported:
-            raise Invalid([error("data.task", f"task {task.key!r} has no attempt")], 409)
+            raise Refusal([error("data.task", f"task {task.key!r} has no attempt")], 409)
         attempt = Attempt.objects.create(
             task=task,
             number=1,

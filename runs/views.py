@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from escalations.models import Escalation
 from escalations.selectors import member_fleet_ids, reviews
-from escalations.services import STOP, Refused, claim_check_by_hand, task_release_stop
+from escalations.services import STOP, claim_check_by_hand, task_release_stop
+from fleet.errors import Refusal
 from fleet.models import Delivery
 from runs import selectors
 from runs.models import Claim, Run, Task
@@ -155,7 +156,7 @@ def flash_key(run_id: int) -> str:
 
 
 def back_to_run(
-    request: HttpRequest, found: Run, anchor: str, refused: Refused | None = None
+    request: HttpRequest, found: Run, anchor: str, refused: Refusal | None = None
 ) -> HttpResponse:
     """Redirect-after-post to the run page; a refusal is shown there once, at its row, with the
     draft kept. A manager is told why on the 403 page."""
@@ -192,7 +193,7 @@ def claim_check(request: HttpRequest, run_id: int, claim_id: int) -> HttpRespons
             verdict=request.POST.get("verdict", ""),
             note=request.POST.get("note", ""),
         )
-    except Refused as refused:
+    except Refusal as refused:
         return back_to_run(request, found, f"claim-{claim.pk}", refused)
     return back_to_run(request, found, f"claim-{claim.pk}")
 
@@ -205,6 +206,6 @@ def task_release(request: HttpRequest, run_id: int, task_id: int) -> HttpRespons
     task = get_object_or_404(Task, pk=task_id, run=found)
     try:
         task_release_stop(task=task, reviewer=request.user)
-    except Refused as refused:
+    except Refusal as refused:
         return back_to_run(request, found, f"task-{task.key}", refused)
     return back_to_run(request, found, f"task-{task.key}")

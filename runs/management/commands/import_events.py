@@ -18,7 +18,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from fleet import intake
-from fleet.events import Invalid, loads, parse
+from fleet.errors import Refusal
+from fleet.events import loads, parse
 from fleet.management.commands._output import emit, fleet_named
 from fleet.models import Agent, Event, Fleet
 
@@ -80,7 +81,7 @@ def read(fleet: Fleet, content: bytes, report: Report) -> list[Line]:
             continue
         try:
             raw, repeated = loads(body)
-        except Invalid as exc:
+        except Refusal as exc:
             report.fail(number, exc.errors)
             continue
         except ValueError as exc:
@@ -99,7 +100,7 @@ def read(fleet: Fleet, content: bytes, report: Report) -> list[Line]:
             errors.append({"loc": "agent", "msg": f"no agent {name!r} in fleet {fleet.name!r}"})
         try:
             _, data = parse(raw, imported=True, repeated=repeated)
-        except Invalid as exc:
+        except Refusal as exc:
             errors += exc.errors
         if errors or agent is None:
             report.fail(number, errors)
