@@ -440,8 +440,8 @@ def claims_of_task(task: Task) -> list[Claim]:
 
 def release_preview(escalation: Escalation) -> list[str]:
     """The tasks an answer would release now (what `escalation_answer` will compute)."""
-    from escalations.services import released_by
     from runs import frontier, scheduler
+    from runs.release import released_by
 
     run = escalation.run
     nodes = scheduler.nodes_for(run)

@@ -6,7 +6,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,8 +16,9 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from fleet import signing
+from fleet.dispatch import HANDLERS, Context, reference_errors
 from fleet.errors import Refusal, error
-from fleet.events import Partial, Strict, loads, parse, partial_of
+from fleet.events import Strict, loads, parse, partial_of
 from fleet.models import Agent, Event, SigningKey
 
 log = logging.getLogger(__name__)
@@ -31,36 +32,6 @@ class Reply:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Context:
-    """Who sent an event, for whom it acts, and when it happened."""
-
-    sender: Agent
-    actor: Agent
-    at: datetime
-    imported: bool = False
-
-
-Handler = Callable[[Context, Any], dict[str, Any]]
-
-
-def handlers() -> Mapping[str, Handler]:
-    from escalations import services as desk
-    from fleet import services as fleet_services
-    from runs import services as work
-
-    return {
-        "run.started": work.run_start,
-        "tasks.added": work.tasks_add,
-        "task.started": work.task_start,
-        "claim.posted": work.claim_post,
-        "claim.checked": work.claim_check,
-        "task.finished": work.task_finish,
-        "capability.changed": fleet_services.capability_change_from_agent,
-        "packet.submitted": desk.packet_submit,
-    }
 
 
 def authenticate(agent_id: str, headers: Mapping[str, str], body: bytes) -> Agent | None:
@@ -107,17 +78,6 @@ def over_rate(agent: Agent) -> int:
     if count > settings.AGENT_RATE_LIMIT:
         return max(1, math.ceil((slot + 1) * window - now))
     return 0
-
-
-def reference_errors(agent: Agent, partial: Partial) -> list[dict[str, str]]:
-    """What a refused event's valid parts refer to that does not exist, or a packet's errors."""
-    from escalations import services as desk
-    from runs import services as work
-
-    errors = work.reference_errors(fleet_id=agent.fleet_id, partial=partial)
-    if partial.type == "packet.submitted" and "packet" in partial.fields:
-        errors += desk.packet_errors(partial.fields["packet"], partial.fields.get("task"))
-    return errors
 
 
 def actor_for(sender: Agent, data: Strict) -> Agent:
@@ -275,7 +235,7 @@ def _apply_once(
             )
             event.save(force_insert=True)
             context = Context(sender=agent, actor=actor, at=event.occurred_at, imported=imported)
-            extra = handlers()[envelope.type](context, data)
+            extra = HANDLERS[envelope.type](context, data)
             response = {"event": str(event.pk), "type": envelope.type, **extra}
             Event.objects.filter(pk=event.pk).update(response=response)
     except Refusal as exc:

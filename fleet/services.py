@@ -1,4 +1,4 @@
-"""Writes of the fleet: capability changes, members, fleets and agents."""
+"""Writes of the fleet: fleets, agents and their keys, members, verification sources."""
 
 import re
 import secrets
@@ -14,59 +14,15 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.errors import Refusal, error
-from fleet.events import CapabilityChanged
 from fleet.models import (
     Agent,
     ApiToken,
-    Capability,
     Fleet,
     Membership,
     OneTimePassword,
     SigningKey,
     VerificationSource,
 )
-
-
-def capability_change(
-    *, fleet: Fleet, name: str, status: str, reason: str, role: str | None, by: str, at: datetime
-) -> Capability:
-    """Set a capability's state for the whole fleet and re-evaluate the work that needs it."""
-    from runs import scheduler
-
-    capability, _ = Capability.objects.select_for_update().get_or_create(fleet=fleet, name=name)
-    changed = capability.status != status
-    if role is not None and capability.role != role:
-        holder = Capability.objects.filter(fleet=fleet, role=role).exclude(pk=capability.pk).first()
-        if holder is not None:
-            raise Refusal(
-                [error("data.role", f"the fleet's {role} capability is already {holder.name!r}")]
-            )
-        capability.role = role
-        changed = True
-    capability.status = status
-    capability.reason = reason
-    capability.changed_by = by
-    if changed:
-        capability.changed_at = at
-    capability.save()
-    if changed:
-        scheduler.capability_changed(fleet=fleet, name=name)
-    return capability
-
-
-def capability_change_from_agent(context: Any, data: CapabilityChanged) -> dict[str, Any]:
-    capability = capability_change(
-        fleet=context.sender.fleet,
-        name=data.capability,
-        status=data.status,
-        reason=data.reason,
-        role=data.role,
-        by=f"agent:{context.actor.name}",
-        at=context.at,
-    )
-    return {"capability": capability.name, "status": capability.status}
-
 
 VALUE_MAX_LENGTH = 1000  # VerificationSource.value
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")

@@ -13,9 +13,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from kombu import Connection
 
-from fleet import intake, selectors, services, signing
+from fleet import intake, selectors, signing
 from fleet.middleware import database_unavailable, is_database_down
 from fleet.models import Capability, Fleet
+from runs.capabilities import capability_change
 
 
 def machine_facing(request: HttpRequest) -> bool:
@@ -174,7 +175,7 @@ def capability_set(request: HttpRequest, capability_id: int) -> HttpResponse:
         context["settling"] = any(row["settling"] for row in rows)
         return render(request, "fleet/capabilities.html", context, status=422)
     with transaction.atomic():
-        services.capability_change(
+        capability_change(
             fleet=capability.fleet,
             name=capability.name,
             status=status,

@@ -8,7 +8,7 @@ from django.utils import timezone
 from runs import retries, scheduler
 from runs.evidence import HUMAN_ANSWER, payload_hash
 from runs.models import Claim, Evidence
-from runs.services import consumers_of
+from runs.posting import consumers_of
 
 VERDICTS = (Claim.Status.VERIFIED, Claim.Status.REFUTED)
 

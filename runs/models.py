@@ -228,6 +228,28 @@ class Blocker(models.Model):
         ]
 
 
+class Hold(models.Model):
+    """A person holds the task: placed when one of its escalations opens, lifted when handled.
+
+    The desk places and lifts holds; the frontier reads them as `escalation:<id>` blockers, so
+    the work needs nothing of the desk to know what waits for a person.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="holds")
+    code = models.CharField(max_length=100)  # escalation:<id>
+    placed_at = models.DateTimeField()
+    lifted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "code"], name="one_hold_per_code")]
+        indexes = [
+            models.Index(fields=["task"], condition=Q(lifted_at__isnull=True), name="open_holds"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.code} on task {self.task_id}"
+
+
 class Decision(models.Model):
     class Action(models.TextChoices):
         RETRY = "retry"

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from fleet.models import Agent, Capability
 from fleet.outbox import notify
-from runs import policy, scheduler
+from runs import capabilities, holds, policy, scheduler, signals, task_state
 from runs.evidence import HUMAN_ANSWER
 from runs.models import Attempt, Claim, Decision, Evidence, ProgressLine, Run, Task
 from runs.selectors import attempt_cause, killed_records
@@ -58,7 +58,9 @@ def after_attempt(attempt_id: int) -> Decision | None:
             or task.attempts.filter(number__gt=attempt.number).exists()
         ):
             if attempt.outcome == Attempt.Outcome.SUCCEEDED and run.state != Run.State.RUNNING:
-                stand(task, attempt)  # a run that is over resumes nothing: the outcome stands
+                task_state.stand(
+                    task, attempt
+                )  # a run that is over resumes nothing: the outcome stands
             return None
         now = timezone.now()
         carried: Decision | None = None
@@ -84,7 +86,7 @@ def after_attempt(attempt_id: int) -> Decision | None:
                     run, task, attempt, now, action="carry_on", reason=background.reason
                 )
         if attempt.outcome != Attempt.Outcome.FAILED:
-            stand(task, attempt)  # the outcome stands: it succeeded
+            task_state.stand(task, attempt)  # the outcome stands: it succeeded
             scheduler.mark_changed(run, [task.key])
             return carried
         return decide_failure(run, task, attempt, now)
@@ -126,8 +128,7 @@ def claim_refuted(*, claim: Claim, reality: list[dict[str, Any]]) -> Decision | 
             attempt.failure_capability = ""
             attempt.finished_at = attempt.finished_at or now
             attempt.save()
-            task.state = Task.State.FAILED
-            task.save(update_fields=["state"])
+            task_state.failed(task)
         return decide_failure(run, task, attempt, now, reality=reality, override=override)
 
 
@@ -154,7 +155,7 @@ def act_on_decision(decision_id: int) -> Decision | None:
             and run.state == Run.State.RUNNING
             and task.state == Task.State.FAILED
         ):
-            back_to_pending(task)
+            task_state.back_to_pending(task)
             scheduler.mark_changed(run, [task.key])
         return decision
 
@@ -188,8 +189,6 @@ def decide_failure(
     override: policy.Failure | None = None,
 ) -> Decision:
     """The policy's decision on the task's failed latest attempt, stored and acted on."""
-    from escalations.models import Escalation
-
     killed = killed_records(run)
     after = any(work for _, work in killed)
     own = (
@@ -226,12 +225,8 @@ def decide_failure(
 
     if task.state == Task.State.ESCALATED:
         # The agent stopped and handed over a packet after its failure: a person has it now.
-        escalation = (
-            Escalation.objects.filter(task=task, status__in=Escalation.OPEN_STATES)
-            .order_by("opened_at")
-            .first()
-        )
-        which = f" (escalation {escalation.pk})" if escalation else ""
+        hold = holds.first_hold(task)
+        which = f" ({hold.replace(':', ' ')})" if hold else ""
         return record(
             run,
             task,
@@ -324,7 +319,7 @@ def carry_out(
         )
         schedule(decision, now)
     elif action == Decision.Action.RESUME:
-        back_to_pending(task)
+        task_state.back_to_pending(task)
         notify(
             fleet,
             "task.resume",
@@ -332,7 +327,7 @@ def carry_out(
         )
         scheduler.mark_changed(run, [task.key])
     elif action == Decision.Action.REFRAME:
-        back_to_pending(task)
+        task_state.back_to_pending(task)
         notify(
             fleet,
             "task.reframed",
@@ -347,8 +342,7 @@ def carry_out(
     elif action == Decision.Action.REROUTE:
         target = reroute_target(run, decision.reroute_to)
         was = task.agent.name
-        task.agent = target
-        back_to_pending(task)
+        task_state.back_to_pending(task, agent=target)
         notify(
             fleet,
             "task.rerouted",
@@ -371,29 +365,12 @@ def schedule(decision: Decision, now: datetime) -> None:
     transaction.on_commit(lambda: act_on_decision.apply_async((decision_id,), countdown=delay))
 
 
-def stand(task: Task, attempt: Attempt) -> None:
-    """A succeeded attempt that left killed background work, not resumed: the task succeeded."""
-    if task.state == Task.State.RUNNING:
-        task.state = Task.State.SUCCEEDED
-        task.finished_at = attempt.finished_at
-        task.save(update_fields=["state", "finished_at"])
-
-
-def back_to_pending(task: Task) -> None:
-    task.state = Task.State.PENDING
-    task.ready = False
-    task.finished_at = None
-    task.save(update_fields=["state", "ready", "finished_at", "agent"])
-
-
 def reroute_target(run: Run, target: str) -> Agent:
     return Agent.objects.get(fleet_id=run.fleet_id, name=target.removeprefix(policy.TOOL))
 
 
 def trip(decision: Decision, run: Run, task: Task, failures: int, now: datetime) -> None:
     """The circuit breaker: mark the capability down for the fleet; the scheduler holds its work."""
-    from fleet.services import capability_change
-
     config = retry_config()
     why = (
         f"{failures} transient failures named it within {config.breaker_window_s:.0f}s "
@@ -401,7 +378,7 @@ def trip(decision: Decision, run: Run, task: Task, failures: int, now: datetime)
         if failures >= config.breaker_threshold
         else "a task's retries are spent on transient failures naming it"
     )
-    capability_change(
+    capabilities.capability_change(
         fleet=run.fleet,
         name=decision.trip_capability,
         status=Capability.Status.DOWN,
@@ -413,56 +390,9 @@ def trip(decision: Decision, run: Run, task: Task, failures: int, now: datetime)
 
 
 def escalate(decision: Decision, run: Run, task: Task, attempt: Attempt, now: datetime) -> None:
-    """The task goes to a person: an escalation, and a packet asked for unless one came."""
-    from escalations.models import Escalation, FailurePacket
-
-    packet = (
-        FailurePacket.objects.filter(task=task, submitted_at__gte=attempt.started_at)
-        .order_by("-submitted_at")
-        .first()
-    )
-    escalation = (
-        Escalation.objects.filter(task=task, status__in=Escalation.OPEN_STATES)
-        .order_by("opened_at")
-        .first()
-    )
-    if escalation is None:
-        escalation = Escalation.objects.create(
-            fleet_id=run.fleet_id,
-            run=run,
-            task=task,
-            packet=packet,
-            reason=decision.reason,
-            attempt_number=attempt.number,
-            opened_at=now,
-        )
-        notify(
-            run.fleet,
-            "escalation.opened",
-            {
-                "escalation": escalation.pk,
-                "run": run.key,
-                "task": task.key,
-                "reason": decision.reason,
-                "question": packet.smallest_unblocking_question if packet else None,
-            },
-        )
-    if packet is None and escalation.packet_id is None:
-        notify(
-            run.fleet,
-            "packet.requested",
-            {
-                "escalation": escalation.pk,
-                "run": run.key,
-                "task": task.key,
-                "agent": task.agent.name,
-                "attempt": attempt.number,
-                "reason": decision.reason,
-            },
-        )
-    task.state = Task.State.ESCALATED
-    task.ready = False
-    task.save(update_fields=["state", "ready"])
+    """The task goes to a person: the desk opens the escalation and asks for a packet."""
+    signals.escalation_needed.send(sender=Decision, decision=decision, attempt=attempt)
+    task_state.escalated(task)
     scheduler.mark_changed(run, [task.key])
 
 

@@ -10,22 +10,21 @@ from django.utils import timezone
 from fleet.models import Capability, Fleet
 from fleet.outbox import notify
 from runs import frontier as rule
+from runs import holds
 from runs.models import Attempt, Blocker, Claim, Decision, FrontierChange, Prerequisite, Run, Task
 
 HARD = ("capability:", "barrier:", "claim:", "escalation:", "halt:")
+ESCALATION = "escalation:"  # a hold the desk placed: the frontier names it as this blocker
 
 
 def world_for(run: Run) -> rule.World:
-    from escalations.models import Escalation
-
     capabilities = list(
         Capability.objects.filter(fleet_id=run.fleet_id).values_list("name", "status", "role")
     )
-    escalations: dict[str, list[str]] = {}
-    for key, pk in Escalation.objects.filter(
-        run=run, status__in=Escalation.OPEN_STATES
-    ).values_list("task__key", "pk"):
-        escalations.setdefault(key, []).append(str(pk))
+    escalations = {
+        key: tuple(code.removeprefix(ESCALATION) for code in codes if code.startswith(ESCALATION))
+        for key, codes in holds.held(run).items()
+    }
     return rule.World(
         down=frozenset(
             name for name, status, _ in capabilities if status == Capability.Status.DOWN
@@ -37,7 +36,7 @@ def world_for(run: Run) -> rule.World:
                 "key", "status", "load_bearing"
             )
         },
-        escalations={key: tuple(ids) for key, ids in escalations.items()},
+        escalations={key: ids for key, ids in escalations.items() if ids},
         policy=run.policy,
     )
 

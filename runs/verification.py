@@ -34,7 +34,7 @@ from fleet.models import VerificationSource
 from runs import retries, scheduler
 from runs.evidence import HUMAN_ANSWER, payload_hash
 from runs.models import Claim, Evidence
-from runs.services import consumers_of
+from runs.posting import consumers_of
 from runs.verifiers import DEFAULT_LIMITS, Limits, Sources, Verdict, verify
 
 VERIFIER: Final = "verifier"

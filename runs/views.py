@@ -13,11 +13,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from escalations.models import Escalation
 from escalations.selectors import member_fleet_ids, reviews
-from escalations.services import STOP, claim_check_by_hand, task_release_stop
+from escalations.services import claim_check_by_hand, task_release_stop
 from fleet.errors import Refusal
 from fleet.models import Delivery
 from runs import selectors
 from runs.models import Claim, Run, Task
+from runs.task_state import STOP
 
 STATE_ORDER = ("ready", "pending", "running", "escalated", "failed", "succeeded", "cancelled")
 RUNS_PER_PAGE = 50

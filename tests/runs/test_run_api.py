@@ -4,6 +4,7 @@ import pytest
 from django.test import TestCase
 
 from escalations import services as desk
+from escalations.models import Escalation
 from fleet.models import ApiToken
 from runs.models import Run, Task
 from tests.conftest import task
@@ -48,7 +49,7 @@ def test_a_failed_runs_pending_tasks_are_not_ready(client, planner, coder, token
     coder.post("task.started", {"run": "r1", "task": "a", "attempt": ATTEMPT})
     submitted = coder.post("packet.submitted", {"run": "r1", "task": "a", "packet": packet("a")})
     assert submitted.status_code == 202, submitted.content
-    escalation = desk.Escalation.objects.get(pk=submitted.json()["escalation"])
+    escalation = Escalation.objects.get(pk=submitted.json()["escalation"])
     with TestCase.captureOnCommitCallbacks(execute=True):
         desk.escalation_abort(
             escalation=escalation, reviewer=member("alice", planner.agent.fleet), reason="stop"

@@ -1,0 +1,13 @@
+"""The human desk: escalations, packets, reviewers' decisions, and every page."""
+
+from django.apps import AppConfig
+
+
+class EscalationsConfig(AppConfig):
+    name = "escalations"
+
+    def ready(self) -> None:
+        from escalations.services.packet import open_for_decision  # models are loaded now
+        from runs.signals import escalation_needed
+
+        escalation_needed.connect(open_for_decision, dispatch_uid="escalations.open_for_decision")

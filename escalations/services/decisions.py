@@ -1,0 +1,146 @@
+"""The reviewer's other decisions on a packet: reroute the task, return the packet, abort."""
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from escalations.models import Escalation
+from escalations.services.state import (
+    NOTE_MAX_CHARS,
+    PACKET_FIELDS,
+    close,
+    close_all,
+    hold_of,
+    lock_for_action,
+    refuse_unless_open,
+    refuse_unless_running,
+)
+from fleet.errors import Refusal
+from fleet.models import Agent
+from fleet.outbox import notify
+from runs import human_decisions
+from runs.models import Decision, Run
+
+
+@transaction.atomic
+def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, note: str) -> Decision:
+    """Hand the task to another agent of the fleet (or a tool); its next attempt keeps the context."""
+    note = note.strip()
+    now = timezone.now()
+    run, task, escalation = lock_for_action(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    target = Agent.objects.filter(fleet_id=run.fleet_id, name=agent).first()
+    if target is None:
+        raise Refusal(f"Choose an agent of the fleet {run.fleet.name}.", status=422)
+    if target.pk == task.agent_id:
+        raise Refusal(f"{task.key} is already {target.name}'s: choose another agent.", status=422)
+    if not note:
+        raise Refusal("Say why it goes to another agent: the new agent reads it.", status=422)
+    refuse_unless_running(run, "there is nothing to reroute; abort to close it.")
+    decision = human_decisions.person_reroute(
+        run=run,
+        task=task,
+        hold=hold_of(escalation),
+        escalation=escalation.pk,
+        to=target,
+        reason=(
+            f"Reroute: {reviewer.get_username()} handed {task.key} from {task.agent.name} to "
+            f"{target.name} (escalation {escalation.pk}): {note[:NOTE_MAX_CHARS]}"
+        ),
+        at=now,
+    )
+    # How it ended, as the desk says it (see outcome_of): the headline, then the reviewer's note.
+    escalation.returned_reason = (
+        f"Rerouted to {target.name} by {reviewer.get_username()}\n{note[:NOTE_MAX_CHARS]}"
+    )
+    close(escalation, reviewer, Escalation.Status.CLOSED, now)
+    return decision
+
+
+@transaction.atomic
+def escalation_return(
+    *, escalation: Escalation, reviewer: Any, field: str, note: str
+) -> Escalation:
+    """Send the packet back naming the field that is not good enough; the agent sends a better one."""
+    note = note.strip()
+    now = timezone.now()
+    run, task, escalation = lock_for_action(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    if field not in PACKET_FIELDS:
+        raise Refusal("Name the packet field that is not good enough.", status=422)
+    if not note:
+        raise Refusal(f"Say what is missing from {field}: the agent reads it.", status=422)
+    escalation.returned_reason = f"{field}: {note[:NOTE_MAX_CHARS]}"
+    close(escalation, reviewer, Escalation.Status.RETURNED, now)
+    notify(
+        run.fleet,
+        "packet.returned",
+        {
+            "escalation": escalation.pk,
+            "run": run.key,
+            "task": task.key,
+            "agent": task.agent.name,
+            "field": field,
+            "reason": note[:NOTE_MAX_CHARS],
+            "by": f"reviewer:{reviewer.get_username()}",
+        },
+    )
+    return escalation
+
+
+@transaction.atomic
+def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> Decision:
+    """Stop the task for good: it and the work waiting on it are cancelled, and the run fails.
+
+    The run is over, so nothing else of it waits for a person: its other escalations close,
+    each saying why.
+    """
+    reason = reason.strip()
+    now = timezone.now()
+    run, task, escalation = lock_for_action(escalation.pk)
+    refuse_unless_open(escalation, reviewer, now)
+    if not reason:
+        raise Refusal(
+            "Say why the task is aborted: it becomes the run's failure cause.", status=422
+        )
+    reason = reason[:NOTE_MAX_CHARS]
+    user = reviewer.get_username()
+    run_fails = "the run failed" if run.state == Run.State.RUNNING else f"the run had {run.state}"
+    aborted = human_decisions.person_abort(
+        run=run,
+        task=task,
+        holds_to_lift=[hold_of(escalation)],
+        account=f"Abort: {user} aborted {task.key} (escalation {escalation.pk}): {reason}",
+        by=f"reviewer:{user}",
+        reason=reason,
+        at=now,
+    )
+    others = Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).exclude(
+        pk=escalation.pk
+    )
+    closed = close_all(
+        others, reviewer, f"Closed: run {run.key} failed when {user} aborted {task.key}", now, run
+    )
+    escalation.returned_reason = "\n".join(
+        [
+            f"Aborted by {user}: {reason}; {run_fails}",
+            f"Cancelled: {', '.join([task.key, *aborted.cancelled])}",
+            *([f"Closed with it: {', '.join(closed)}"] if closed else []),
+        ]
+    )
+    close(escalation, reviewer, Escalation.Status.CLOSED, now)
+    return aborted.decision
+
+
+def abort_reach(escalation: Escalation) -> dict[str, Any]:
+    """What aborting the escalation's task would do (what `escalation_abort` does): the tasks
+    cancelled, and the run's other open escalations closed when the run fails."""
+    cancelled = human_decisions.waiting_on(escalation.run, escalation.task)
+    others = (
+        Escalation.objects.filter(run=escalation.run, status__in=Escalation.OPEN_STATES)
+        .exclude(pk=escalation.pk)
+        .order_by("opened_at", "pk")
+        .values_list("task__key", flat=True)
+    )
+    return {"cancelled": [escalation.task.key, *cancelled], "others": list(others)}

@@ -1,0 +1,45 @@
+"""Holds: a person has the task. The desk places and lifts them; the frontier reads them."""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from runs.models import Blocker, Hold, Run, Task
+
+
+def place(*, task: Task, code: str, at: datetime) -> None:
+    """Hold the task under `code` (`escalation:<id>`); placing it again renews a lifted hold."""
+    Hold.objects.update_or_create(
+        task=task, code=code, defaults={"placed_at": at, "lifted_at": None}
+    )
+
+
+def lift(*, run: Run | int, codes: Iterable[str], at: datetime, clear: bool = True) -> None:
+    """Lift the holds and, unless `clear` is False, clear at once the blockers they set (the
+    checkpoint says when); otherwise the frontier's next recompute clears them."""
+    codes = list(codes)
+    Hold.objects.filter(task__run=run, code__in=codes, lifted_at__isnull=True).update(lifted_at=at)
+    if clear:
+        Blocker.objects.filter(task__run=run, code__in=codes, cleared_at__isnull=True).update(
+            cleared_at=at
+        )
+
+
+def held(run: Run) -> dict[str, list[str]]:
+    """Each task's holds in place, oldest first: task key -> codes."""
+    found: dict[str, list[str]] = {}
+    for key, code in (
+        Hold.objects.filter(task__run=run, lifted_at__isnull=True)
+        .order_by("placed_at", "pk")
+        .values_list("task__key", "code")
+    ):
+        found.setdefault(key, []).append(code)
+    return found
+
+
+def first_hold(task: Task) -> str | None:
+    return (
+        Hold.objects.filter(task=task, lifted_at__isnull=True)
+        .order_by("placed_at", "pk")
+        .values_list("code", flat=True)
+        .first()
+    )

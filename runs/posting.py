@@ -1,0 +1,195 @@
+"""Claims as agents hand them over: posted by a producer, checked by a consumer (claim.checked)."""
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from fleet.errors import Refusal, error
+from fleet.models import Agent
+from runs import scheduler
+from runs.models import Claim, ClaimUse, Evidence, Run, Task
+from runs.ownership import find_task, refuse_unless_own, run_for, task_for, unknown_task
+from runs.specs import ClaimSpec, EvidenceSpec
+
+AGENT_TEXT = "another agent's text is not evidence"
+
+
+def evidence_row(
+    claim: Claim, evidence: EvidenceSpec, *, role: str, by: str, at: datetime
+) -> Evidence:
+    return Evidence.objects.create(
+        claim=claim,
+        role=role,
+        kind=evidence.kind,
+        source=evidence.source,
+        payload_hash=evidence.payload_hash,
+        payload=evidence.payload,
+        datasource=evidence.datasource or "",
+        workspace=evidence.workspace or "",
+        submitted_by=by,
+        created_at=at,
+    )
+
+
+def cites_an_agent(source: str) -> bool:
+    """Evidence pointing at another agent's output: never checked, never a verdict's basis."""
+    return source.lstrip().lower().startswith("agent:")
+
+
+def posted_reason(evidence: EvidenceSpec | None, *, imported: bool) -> str:
+    if evidence is None:
+        return "posted without evidence"
+    if cites_an_agent(evidence.source):
+        return AGENT_TEXT
+    if imported:
+        return "imported: its evidence is recorded as posted, not re-checked"
+    return "waiting for a verifier"
+
+
+def claim_post(
+    *,
+    actor: Agent,
+    at: datetime,
+    run: str,
+    task: str,
+    claim: ClaimSpec,
+    sender: Agent | None = None,
+    imported: bool = False,
+) -> dict[str, Any]:
+    """A producer's claim: unverified until a verifier checks its evidence against reality."""
+    found = run_for(actor.fleet_id, run)
+    row = task_for(found, task, lock=False)  # posting a claim does not change the task
+    refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
+    if Claim.objects.filter(run=found, key=claim.key).exists():
+        raise Refusal([error("data.claim.key", f"claim {claim.key!r} was already posted")], 409)
+    evidence = claim.evidence
+    reason = posted_reason(evidence, imported=imported)
+    checkable = evidence is not None and not cites_an_agent(evidence.source)
+    posted = Claim.objects.create(
+        run=found,
+        task=row,
+        key=claim.key,
+        statement=claim.statement,
+        load_bearing=claim.load_bearing,
+        posted_at=at,
+        status_reason=reason,
+        # An imported claim is history: what checked it, if anything, is in the file.
+        verification_pending=checkable and not imported,
+    )
+    if evidence is not None:
+        posted_evidence = evidence_row(
+            posted, evidence, role="posted", by=f"agent:{actor.name}", at=at
+        )
+        if not checkable:
+            posted_evidence.verdict, posted_evidence.verdict_reason = (
+                Claim.Status.UNVERIFIED,
+                AGENT_TEXT,
+            )
+            posted_evidence.save(update_fields=["verdict", "verdict_reason"])
+    consumers = declared_consumers(found, posted.key)
+    # Tasks already running that declared this claim consumed it from its first moment.
+    ClaimUse.objects.bulk_create(
+        [
+            ClaimUse(claim=posted, task_id=pk, at=at)
+            for pk, _, state in consumers
+            if state == Task.State.RUNNING and pk != row.pk
+        ],
+        ignore_conflicts=True,
+    )
+    if posted.verification_pending:
+        scheduler.verify_after_commit(posted)
+    scheduler.mark_changed(found, [key for _, key, _ in consumers])
+    return {"run": found.key, "claim": posted.key, "status": posted.status, "reason": reason}
+
+
+def declared_consumers(run: Run, key: str) -> list[tuple[int, str, str]]:
+    """(id, key, state) of the run's tasks that declare they consume claim `key`."""
+    tasks = Task.objects.filter(run=run)
+    if connection.vendor == "postgresql":  # jsonb containment, filtered in the database
+        rows = tasks.filter(consumes__contains=[key]).values_list("pk", "key", "state")
+        return list(rows)
+    every = tasks.values_list("pk", "key", "state", "consumes")
+    return [(pk, k, state) for pk, k, state, consumes in every if key in consumes]
+
+
+def consumers_of(run: Run, key: str) -> list[str]:
+    return [k for _, k, _ in declared_consumers(run, key)]
+
+
+def record_checker_use(claim: Claim, task: Task, at: datetime) -> None:
+    """The checker read the claim to check it: from when it had both its task and the claim."""
+    if task.pk == claim.task_id:
+        return
+    since = max(task.started_at, claim.posted_at) if task.started_at else at
+    ClaimUse.objects.get_or_create(claim=claim, task=task, defaults={"at": since})
+
+
+def claim_check(
+    *,
+    actor: Agent,
+    at: datetime,
+    run: str,
+    task: str,
+    claim: str,
+    verdict: str,
+    evidence: EvidenceSpec,
+    sender: Agent | None = None,
+    imported: bool = False,
+) -> dict[str, Any]:
+    """A consumer's verdict: recorded now, accepted only once the verifier confirms its evidence."""
+    found = run_for(actor.fleet_id, run)
+    checker_task = find_task(found, task)
+    if checker_task is not None:  # the checking task: the consumer's
+        refuse_unless_own(task=checker_task, actor=actor, sender=sender, imported=imported)
+    checked = Claim.objects.select_for_update().filter(run=found, key=claim).first()
+    agent_text = cites_an_agent(evidence.source)
+    errors = [] if checker_task is not None else [unknown_task(found, task)]
+    if checked is None:
+        errors.append(error("data.claim", f"unknown claim {claim!r} in run {found.key!r}"))
+    if agent_text and not imported:
+        errors.append(
+            error(
+                "data.evidence.source",
+                "another agent's text is not evidence: cite a query, a file, a test run or an HTTP exchange",
+            )
+        )
+    if errors:
+        raise Refusal(errors)
+    assert checker_task is not None and checked is not None
+    row = evidence_row(checked, evidence, role="check", by=f"agent:{actor.name}", at=at)
+    row.verdict = verdict  # the checker's verdict; the verifier's judgement goes in the reason
+    record_checker_use(checked, checker_task, at)
+    if imported:
+        return record_imported_check(found, checked, row, agent_text, at)
+    row.save(update_fields=["verdict"])
+    checked.verification_pending = True
+    checked.save(update_fields=["verification_pending"])
+    scheduler.verify_after_commit(checked)
+    return {
+        "run": found.key,
+        "claim": checked.key,
+        "status": checked.status,
+        "verdict": "pending verification",
+    }
+
+
+def record_imported_check(
+    run: Run, claim: Claim, row: Evidence, agent_text: bool, at: datetime
+) -> dict[str, Any]:
+    """A past run's verdict is recorded as it happened, at its time: it is not re-checked now."""
+    accepted = not agent_text and not claim.checked_by.startswith("reviewer:")
+    row.verdict_reason = (
+        "accepted: imported, recorded as it happened"
+        if accepted
+        else "not accepted: " + (AGENT_TEXT if agent_text else "a reviewer checked it by hand")
+    )
+    row.save(update_fields=["verdict", "verdict_reason"])
+    if accepted and claim.status != row.verdict:
+        claim.status = row.verdict
+        claim.checked_at = claim.checked_at or max(at, claim.posted_at)
+        claim.checked_by = row.submitted_by
+        claim.status_reason = f"{row.verdict} by {row.submitted_by} (imported)"
+        claim.save(update_fields=["status", "checked_at", "checked_by", "status_reason"])
+        scheduler.mark_changed(run, consumers_of(run, claim.key))
+    return {"run": run.key, "claim": claim.key, "status": claim.status, "verdict": row.verdict}

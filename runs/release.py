@@ -1,0 +1,33 @@
+"""What a change releases: the work downstream of a task, and which of it the frontier now lets go."""
+
+from runs.frontier import UNFINISHED, TaskNode, World, dependants, frontier
+
+__all__ = ["UNFINISHED", "downstream", "released_by"]
+
+
+def downstream(nodes: dict[str, TaskNode], key: str) -> list[str]:
+    """Every task that depends on `key`, directly or not (breadth first)."""
+    reverse = dependants(nodes)
+    seen: dict[str, None] = {}
+    queue = list(reverse.get(key, ()))
+    while queue:
+        current = queue.pop(0)
+        if current in seen or current == key:
+            continue
+        seen[current] = None
+        queue.extend(reverse.get(current, ()))
+    return list(seen)
+
+
+def released_by(nodes: dict[str, TaskNode], world: World, key: str) -> list[str]:
+    """What an answer releases: the tasks it makes ready, the answered task first.
+
+    `nodes` and `world` as they are once the answer is in (the task pending again, its hold
+    lifted, its refuted claims replaced by the answer). A task counts only if it is in the safe
+    ready frontier: the answered task, and pending work downstream of it that nothing holds any
+    more. Work that still waits on a prerequisite (even one the answer releases), or is blocked
+    for another reason (a capability down, an unverified claim), is not released.
+    """
+    ready = set(frontier(nodes, world).ready)
+    below = sorted(k for k in downstream(nodes, key) if k in ready)
+    return ([key] if key in ready else []) + below

@@ -1,0 +1,252 @@
+"""Every change of a task's state: started and finished by its agent, and each decision's move.
+
+pending → running (task.started) → succeeded | failed (task.finished); failed → pending (a retry,
+a reframe, a reroute, a resume); → escalated (a person has it) → pending (answered, rerouted);
+→ cancelled (aborted). Nothing else writes `Task.state`.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Max
+
+from fleet.errors import ErrorItem, Refusal, error
+from fleet.models import Agent
+from runs import scheduler
+from runs.models import Artifact, Attempt, Blocker, Claim, ClaimUse, ProgressLine, Run, Task
+from runs.ownership import refuse_unless_own, run_for, task_for
+from runs.specs import Outcome
+
+
+def task_start(
+    *,
+    actor: Agent,
+    at: datetime,
+    run: str,
+    task: str,
+    prompt_hash: str,
+    context_hash: str,
+    consumes: Sequence[str] = (),
+    sender: Agent | None = None,
+    imported: bool = False,
+) -> dict[str, Any]:
+    """The gate: an attempt starts only if its task is pending and in the safe ready frontier."""
+    found = run_for(actor.fleet_id, run)
+    row = task_for(found, task)
+    refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
+    if row.state != Task.State.PENDING:
+        raise Refusal(
+            [error("data.task", f"task {row.key!r} is {row.state}, not pending")], status=409
+        )
+    if not imported:
+        refuse_unless_startable(found, row, consumes)
+    number = (row.attempts.aggregate(n=Max("number"))["n"] or 0) + 1
+    attempt = Attempt.objects.create(
+        task=row,
+        number=number,
+        agent=actor,
+        prompt_hash=prompt_hash,
+        context_hash=context_hash,
+        started_at=at,
+        **scheduler.attempt_flags(row, number),
+    )
+    row.state = Task.State.RUNNING
+    row.ready = False
+    row.started_at = row.started_at or at
+    row.save(update_fields=["state", "ready", "started_at"])
+    record_uses(row, list(dict.fromkeys([*row.consumes, *consumes])), at)
+    scheduler.mark_changed(found, [row.key])
+    return {"run": found.key, "task": row.key, "attempt": attempt.number}
+
+
+def refuse_unless_startable(run: Run, task: Task, consumes: Sequence[str]) -> None:
+    if run.state != Run.State.RUNNING:
+        # A run that is over starts nothing more: its frontier is empty whatever the tasks allow.
+        raise Refusal(
+            [error("data.run", f"run {run.key!r} has {run.state}; it starts nothing more")]
+            + [error("blockers", f"run:{run.state}")],
+            status=409,
+        )
+    blockers = scheduler.blockers_of(run, task, extra_consumes=consumes)
+    if blockers:
+        raise Refusal(
+            [error("data.task", f"task {task.key!r} is not in the safe ready frontier")]
+            + [error("blockers", b) for b in blockers]
+            + claim_blocker_errors(run, blockers),
+            status=409,
+        )
+
+
+def record_uses(task: Task, keys: Sequence[str], at: datetime) -> None:
+    claims = Claim.objects.filter(run_id=task.run_id, key__in=list(keys))
+    ClaimUse.objects.bulk_create(
+        [ClaimUse(claim=c, task=task, at=at) for c in claims], ignore_conflicts=True
+    )
+
+
+def claim_blocker_errors(run: Run, blockers: Sequence[str]) -> list[ErrorItem]:
+    """Why each `claim:<key>` blocks: unverified (and why), refuted, or never posted."""
+    keys = [b.removeprefix("claim:") for b in blockers if b.startswith("claim:")]
+    found = {
+        c.key: c
+        for c in Claim.objects.filter(run=run, key__in=keys).only("key", "status", "status_reason")
+    }
+    errors = []
+    for key in keys:
+        claim = found.get(key)
+        if claim is None:
+            msg = f"{key} has not been posted in run {run.key!r}"
+        elif claim.status == Claim.Status.REFUTED:
+            msg = (
+                f"{key} is refuted: {claim.status_reason}"
+                if claim.status_reason
+                else f"{key} is refuted"
+            )
+        else:
+            why = f": {claim.status_reason}" if claim.status_reason else ""
+            msg = f"{key} is {claim.status}, and a task starts only on verified claims{why}"
+        errors.append(error(f"claims.{key}", msg))
+    return errors
+
+
+def task_finish(
+    *,
+    actor: Agent,
+    at: datetime,
+    run: str,
+    task: str,
+    outcome: Outcome,
+    sender: Agent | None = None,
+    imported: bool = False,
+) -> dict[str, Any]:
+    """The attempt's outcome, its artifacts; the retry policy is asked after commit if needed."""
+    found = run_for(actor.fleet_id, run)
+    row = task_for(found, task)
+    refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
+    attempt = finishing_attempt(row, actor, at, imported=imported)
+    attempt.finished_at = at
+    attempt.outcome = outcome.outcome
+    attempt.background_killed = list(outcome.background_killed)
+    attempt.resumable = outcome.resumable
+    if outcome.failure is not None:
+        attempt.failure_kind = outcome.failure.kind
+        attempt.failure_signature = outcome.failure.signature
+        attempt.failure_message = outcome.failure.message
+        attempt.failure_capability = outcome.failure.capability or ""
+    attempt.save()
+    Artifact.objects.bulk_create(
+        [
+            Artifact(task=row, kind=a.kind, ref=a.ref, url=a.url or "", created_at=at)
+            for a in outcome.artifacts
+        ]
+    )
+    if outcome.outcome == "failed":
+        row.state = Task.State.FAILED
+    elif outcome.background_killed and not imported:
+        # It may be resumed: its success stands, and releases what follows, once the policy says.
+        row.state = Task.State.RUNNING
+    else:
+        row.state = Task.State.SUCCEEDED
+    row.ready = False  # an imported finish may come without a start
+    row.finished_at = at if row.state != Task.State.RUNNING else None
+    row.save(update_fields=["state", "ready", "finished_at"])
+    scheduler.after_finish(found, row, attempt, imported=imported)
+    return {"run": found.key, "task": row.key, "state": row.state}
+
+
+def finishing_attempt(task: Task, actor: Agent, at: datetime, *, imported: bool) -> Attempt:
+    """The running attempt a finish ends (an import may finish a task it never started)."""
+    if task.state != Task.State.RUNNING and not imported:
+        raise Refusal([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
+    attempt = task.attempts.order_by("-number").first()
+    if attempt is not None and attempt.outcome and not imported:
+        # It finished and waits for the policy's word on the background work it left running.
+        raise Refusal(
+            [error("data.task", f"task {task.key!r} attempt {attempt.number} has finished")], 409
+        )
+    if attempt is not None:
+        return attempt
+    if not imported:
+        raise Refusal([error("data.task", f"task {task.key!r} has no attempt")], 409)
+    return Attempt.objects.create(
+        task=task, number=1, agent=actor, prompt_hash="", context_hash="", started_at=at
+    )
+
+
+# The decisions' moves: the retry policy, the desk and the reviewers change state only here.
+
+
+def escalated(task: Task) -> None:
+    """A person has the task now (a packet came, or the policy escalated)."""
+    task.state = Task.State.ESCALATED
+    task.ready = False
+    task.save(update_fields=["state", "ready"])
+
+
+def back_to_pending(task: Task, *, agent: Agent | None = None) -> None:
+    """Its next attempt may start once the frontier allows: a retry, reframe, resume, reroute."""
+    if agent is not None:
+        task.agent = agent
+    task.state = Task.State.PENDING
+    task.ready = False
+    task.finished_at = None
+    task.save(update_fields=["state", "ready", "finished_at", "agent"])
+
+
+def failed(task: Task) -> None:
+    task.state = Task.State.FAILED
+    task.save(update_fields=["state"])
+
+
+def stand(task: Task, attempt: Attempt) -> None:
+    """A succeeded attempt that left killed background work, not resumed: the task succeeded."""
+    if task.state == Task.State.RUNNING:
+        task.state = Task.State.SUCCEEDED
+        task.finished_at = attempt.finished_at
+        task.save(update_fields=["state", "finished_at"])
+
+
+def cancel(run: Run, keys: Sequence[str], at: datetime) -> None:
+    """Cancelled for good: they wait on nothing any more."""
+    Task.objects.filter(run=run, key__in=list(keys)).update(
+        state=Task.State.CANCELLED, ready=False, finished_at=at
+    )
+    Blocker.objects.filter(task__run=run, task__key__in=list(keys), cleared_at__isnull=True).update(
+        cleared_at=at
+    )
+
+
+STOP = "barrier:uncertain-dependency"
+
+
+def release_stop(*, task: Task, by: str, at: datetime) -> Task:
+    """Let a task's external effect go ahead although its dependencies are uncertain.
+
+    Who and when are kept as a progress line of the run; the frontier is recomputed after commit,
+    which clears the blocker. The caller holds the run's lock.
+    """
+    run = task.run
+    task = Task.objects.select_for_update(of=("self",)).get(pk=task.pk)
+    task.run = run
+    if task.released:
+        raise Refusal(f"{task.key}'s uncertain-dependency stop was released already.", status=409)
+    if (
+        task.effect != Task.Effect.EXTERNAL
+        or task.dependency_confidence != Task.Confidence.UNCERTAIN
+    ):
+        raise Refusal(f"{task.key} has no uncertain-dependency stop to release.", status=409)
+    if task.state != Task.State.PENDING:
+        raise Refusal(
+            f"{task.key} is {task.state}: only a pending task waits at a stop.", status=409
+        )
+    task.released = True
+    task.save(update_fields=["released"])
+    ProgressLine.objects.create(
+        run=task.run,
+        task=task,
+        text=f"{task.key}: {by} released its uncertain-dependency stop; its external effect may go ahead",
+        created_at=at,
+    )
+    scheduler.mark_changed(task.run, [task.key])
+    return task
