@@ -15,9 +15,9 @@ from fleet.intake import Context
 from fleet.models import Agent, Membership
 from fleet.outbox import notify
 from runs import frontier, policy, scheduler
-from runs.claims import VERDICTS, check_by_hand, supersede_refuted
+from runs.claims.by_hand import VERDICTS, check_by_hand, supersede_refuted
+from runs.claims.hashing import HUMAN_ANSWER, payload_hash
 from runs.context import next_attempt
-from runs.evidence import HUMAN_ANSWER, payload_hash
 from runs.models import Attempt, Blocker, Claim, Decision, Evidence, ProgressLine, Run, Task
 from runs.services import refuse_unless_own, run_for, task_for
 

@@ -6,7 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import retries, scheduler
-from runs.evidence import HUMAN_ANSWER, payload_hash
+from runs.claims.hashing import HUMAN_ANSWER, payload_hash
 from runs.models import Claim, Evidence
 from runs.services import consumers_of
 
