@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runs.evidence import payload_hash
+from runs.claims.hashing import payload_hash
 
 PACKET_MAX_BYTES = 64 * 1024
 QUESTION_MAX_CHARS = 500

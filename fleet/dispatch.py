@@ -21,7 +21,8 @@ from fleet.events import (
     TaskStarted,
 )
 from fleet.models import Agent
-from runs import capabilities, declare, posting, task_state
+from runs import capabilities, declare, task_state
+from runs.claims import posting
 from runs.specs import ArtifactSpec, ClaimSpec, EvidenceSpec, FailureSpec, Outcome, TaskSpec
 
 

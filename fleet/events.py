@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from fleet.errors import Refusal, error
-from runs.evidence import payload_hash
+from runs.claims.hashing import payload_hash
 
 # The lengths are the columns' (runs/models.py, fleet/models.py): longer is a 422, not a 500.
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=False)]

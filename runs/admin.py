@@ -101,7 +101,7 @@ class EvidenceInline(admin.StackedInline):
 
 @admin.action(description="Verify by hand (recorded as a reviewer's human answer)")
 def verify_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-def]
-    from runs.claims import check_by_hand
+    from runs.claims.by_hand import check_by_hand
 
     for claim in queryset:
         check_by_hand(
@@ -111,7 +111,7 @@ def verify_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-de
 
 @admin.action(description="Refute by hand (recorded as a reviewer's human answer)")
 def refute_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-def]
-    from runs.claims import check_by_hand
+    from runs.claims.by_hand import check_by_hand
 
     for claim in queryset:
         check_by_hand(

@@ -9,9 +9,9 @@ from datetime import datetime
 from fleet.models import Agent
 from fleet.outbox import notify
 from runs import frontier, holds, policy, release, scheduler, task_state
-from runs.claims import supersede_refuted
+from runs.claims.by_hand import supersede_refuted
+from runs.claims.hashing import HUMAN_ANSWER, payload_hash
 from runs.context import next_attempt
-from runs.evidence import HUMAN_ANSWER, payload_hash
 from runs.models import Attempt, Claim, Decision, Evidence, ProgressLine, Run, Task
 
 

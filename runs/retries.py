@@ -21,7 +21,7 @@ from django.utils import timezone
 from fleet.models import Agent, Capability
 from fleet.outbox import notify
 from runs import capabilities, holds, policy, scheduler, signals, task_state
-from runs.evidence import HUMAN_ANSWER
+from runs.claims.hashing import HUMAN_ANSWER
 from runs.models import Attempt, Claim, Decision, Evidence, ProgressLine, Run, Task
 from runs.selectors import attempt_cause, killed_records
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from runs.evidence import canonical_json, sha256_hex
+from runs.claims.hashing import canonical_json, sha256_hex
 from runs.frontier import (
     CLAIM_STATUSES,
     CONFIDENCES,

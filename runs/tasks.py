@@ -15,7 +15,7 @@ def recompute(run_id: int, changed: list[str] | None = None, capability: str | N
 @shared_task(acks_late=True)
 def verify_claim(claim_id: int) -> None:
     """Re-check a claim's evidence against reality."""
-    from runs import verification
+    from runs.claims import verification
 
     verification.verify_claim(claim_id)
 

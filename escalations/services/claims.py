@@ -8,8 +8,9 @@ from django.utils import timezone
 from escalations.services.state import NOTE_MAX_CHARS, refuse_unless_running
 from fleet import access
 from fleet.errors import Refusal
-from runs import recheck, task_state
-from runs.claims import VERDICTS, check_by_hand
+from runs import task_state
+from runs.claims import recheck
+from runs.claims.by_hand import VERDICTS, check_by_hand
 from runs.models import Claim, Run, Task
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fleet.models import Agent, Fleet
 from fleet.stories import Step, Story
-from runs.evidence import payload_hash, query_result_payload
+from runs.claims.hashing import payload_hash, query_result_payload
 
 IMPORTED = Path(__file__).with_name("all_green_run.jsonl")
 IMPORTED_AGENTS = ("planner", "schema", "coder-a", "coder-b")  # who posted the past run

@@ -7,7 +7,6 @@ import pytest
 from django.db import connection
 from django.test import Client, TestCase
 
-from escalations import services
 from escalations.models import Answer, Escalation
 from fleet import services as fleet_services
 from fleet.models import ApiToken, Delivery

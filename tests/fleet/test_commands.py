@@ -149,9 +149,9 @@ def sqlite_file(path):
 
 
 def test_source_add_takes_a_sqlite_url_or_a_path_and_stores_the_path(tmp_path, monkeypatch):
-    from runs import verifiers
-    from runs.evidence import payload_hash, query_result_payload
-    from runs.verification import sources_for
+    from runs.claims import verifiers
+    from runs.claims.hashing import payload_hash, query_result_payload
+    from runs.claims.verification import sources_for
 
     run_command("fleet_create", "acme")
     database = sqlite_file(tmp_path / "orders.sqlite3")

@@ -847,7 +847,7 @@ def test_no_task_starts_in_a_run_that_is_over(client, planner, coder):
 
 
 def test_evidence_whose_payload_is_not_what_its_hash_says_is_422(planner, coder):
-    from runs.evidence import payload_hash
+    from runs.claims.hashing import payload_hash
 
     start(planner)
     real = {"columns": ["column_name"], "rows": [["id"], ["loyalty_points"]]}

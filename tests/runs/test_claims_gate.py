@@ -3,7 +3,7 @@
 import pytest
 
 from fleet import services
-from runs.evidence import payload_hash
+from runs.claims.hashing import payload_hash
 from runs.models import Claim, ClaimUse, Evidence, Run
 from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runs import evidence
-from runs.evidence import (
+from runs.claims import hashing as evidence
+from runs.claims.hashing import (
     EVIDENCE_KINDS,
     canonical_json,
     file_read_payload,

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from fleet.models import Event
-from runs.evidence import payload_hash
+from runs.claims.hashing import payload_hash
 from runs.models import Artifact, Claim, ClaimUse, Run, Task
 from tests.fixtures.seed import ALL_GREEN_RUN, PhoenixDX, phoenixdx
 

@@ -11,7 +11,8 @@ from django.utils import timezone
 from escalations.models import Escalation
 from fleet.models import ApiToken, Capability, Delivery, Fleet
 from fleet.tasks import reconcile
-from runs import claims, retries
+from runs import retries
+from runs.claims import by_hand as claims
 from runs.models import Attempt, Blocker, Claim, Decision, Run, Task
 from tests.conftest import Sender, make_sender, task
 from tests.fleet.test_deliveries import Receiver, hook, receiving

@@ -13,12 +13,18 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fleet import services
-from runs import retries, verification
-from runs.claims import check_by_hand
-from runs.evidence import canonical_json, http_exchange_payload, payload_hash, query_result_payload
-from runs.evidence import test_run_payload as run_payload
+from runs import retries
+from runs.claims import verification
+from runs.claims.by_hand import check_by_hand
+from runs.claims.hashing import (
+    canonical_json,
+    http_exchange_payload,
+    payload_hash,
+    query_result_payload,
+)
+from runs.claims.hashing import test_run_payload as run_payload
+from runs.claims.verifiers import verify
 from runs.models import Claim, ClaimUse, Decision, Evidence, Task
-from runs.verifiers import verify
 from tests.conftest import eventually
 from tests.fixtures.orders import (
     INVENTED_COLUMNS,

@@ -17,15 +17,15 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from runs.evidence import (
+from runs.claims.hashing import (
     file_read_payload,
     http_exchange_payload,
     payload_hash,
     query_result_payload,
     sha256_hex,
 )
-from runs.evidence import test_run_payload as run_payload
-from runs.verifiers import Limits, Sources, Verdict, split_sql, verify
+from runs.claims.hashing import test_run_payload as run_payload
+from runs.claims.verifiers import Limits, Sources, Verdict, split_sql, verify
 
 ADMIN_DSN = os.environ.get("BULKHEAD_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 SEED_QUERY_POSTGRESQL = (

@@ -6,9 +6,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import retries, scheduler
-from runs.evidence import HUMAN_ANSWER, payload_hash
+from runs.claims.hashing import HUMAN_ANSWER, payload_hash
+from runs.claims.posting import consumers_of
 from runs.models import Claim, Evidence
-from runs.posting import consumers_of
 
 VERDICTS = (Claim.Status.VERIFIED, Claim.Status.REFUTED)
 

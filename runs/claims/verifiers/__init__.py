@@ -1,0 +1,44 @@
+"""Verifiers: re-check a claim's evidence against the fleet's registered sources, read-only."""
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from runs.claims.verifiers.base import (
+    DEFAULT_LIMITS,
+    Limits,
+    Sources,
+    Verdict,
+    _Evidence,
+    _read_evidence,
+    _Refuted,
+    _Unverifiable,
+)
+from runs.claims.verifiers.file_read import _verify_file_read
+from runs.claims.verifiers.http_exchange import _verify_http
+from runs.claims.verifiers.query import _verify_query, split_sql
+from runs.claims.verifiers.test_run import _verify_test_run
+
+__all__ = ["DEFAULT_LIMITS", "Limits", "Sources", "Verdict", "split_sql", "verify"]
+
+
+_VERIFIERS: Final[Mapping[str, Callable[[_Evidence, Sources, Limits], Verdict]]] = {
+    "query_result": _verify_query,
+    "file_read": _verify_file_read,
+    "http_exchange": _verify_http,
+    "test_run": _verify_test_run,
+}
+
+
+def verify(
+    evidence: Mapping[str, Any], sources: Sources, *, limits: Limits = DEFAULT_LIMITS
+) -> Verdict:
+    """Re-check one piece of evidence against reality; never raises for bad evidence."""
+    try:
+        claimed = _read_evidence(evidence)
+        return _VERIFIERS[claimed.kind](claimed, sources, limits)
+    except _Unverifiable as unverifiable:
+        return Verdict("unverified", str(unverifiable))
+    except _Refuted as refuted:
+        return Verdict("refuted", str(refuted))
+    except OSError as error:  # the source is there but could not be read to the end
+        return Verdict("unverified", f"the verifier could not reach the source: {error}")
