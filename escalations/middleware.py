@@ -6,6 +6,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from fleet.errors import error, errors_body
+
 SET_PASSWORD = "bulkhead.set_password"  # noqa: S105 - a session key, not a password
 
 
@@ -20,7 +22,7 @@ class OneTimePasswordMiddleware:
             if request.path.startswith("/api/") and "HTTP_AUTHORIZATION" not in request.META:
                 # The session's own reads wait too; an agent's bearer token is not this session.
                 msg = f"set your own password first, at {target}"
-                return JsonResponse({"errors": [{"loc": "password", "msg": msg}]}, status=403)
+                return JsonResponse(errors_body([error("password", msg)]), status=403)
             allowed = (target, reverse("logout"), "/static/", "/api/", "/hooks/", "/healthz")
             if not request.path.startswith(allowed):
                 if request.headers.get("HX-Request") == "true":

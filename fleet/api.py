@@ -8,6 +8,7 @@ from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
+from fleet.errors import error, errors_body
 from fleet.models import ApiToken, Membership, token_digest
 
 
@@ -66,7 +67,7 @@ ERRORS: dict[int, type[Schema]] = {401: Errors, 404: Errors}
 
 
 def problem(request: HttpRequest, status: int, loc: str, msg: str) -> HttpResponse:
-    return api.create_response(request, {"errors": [{"loc": loc, "msg": msg}]}, status=status)
+    return api.create_response(request, errors_body([error(loc, msg)]), status=status)
 
 
 @api.exception_handler(AuthenticationError)
@@ -87,7 +88,7 @@ def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         {"loc": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg", "")}
         for e in exc.errors
     ]
-    return api.create_response(request, {"errors": errors}, status=422)
+    return api.create_response(request, errors_body(errors), status=422)
 
 
 api.add_router("/", "runs.api.router")

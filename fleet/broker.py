@@ -1,6 +1,6 @@
-"""The embedded broker: kombu's filesystem transport, with messages that appear in the queue whole.
+"""The broker: the longest countdown it keeps, and the embedded one (kombu's filesystem transport).
 
-kombu's own transport creates the message file under its final name and then writes it, so a
+In the embedded one, messages appear in the queue whole: kombu's own transport creates the message file under its final name and then writes it, so a
 worker listing the queue in between takes an empty file, fails to decode it and the message is
 lost (seen as `JSONDecodeError` in the worker's log when the web process and the worker are busy
 at once). Here a message is written under a name the reader skips and renamed into place.
@@ -11,6 +11,7 @@ import uuid
 from time import monotonic_ns
 from typing import Any
 
+from django.conf import settings
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
@@ -35,3 +36,16 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+
+
+# Redis hands a delayed message to a worker at once and redelivers it if it is not acknowledged
+# within the visibility timeout; a countdown past that would run twice. Longer waits are kept
+# in the database (a retry's not_before, a delivery's next_attempt_at) and picked up there.
+DEFAULT_VISIBILITY_TIMEOUT_S = 3600
+
+
+def countdown(seconds: float) -> float:
+    """A countdown the broker will not redeliver early: at most half the visibility timeout."""
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
+    visibility = float(options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT_S))
+    return max(0.0, min(seconds, visibility / 2))

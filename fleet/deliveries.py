@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fleet import signing
+from fleet import signing, tasks
+from fleet.broker import countdown
 from fleet.models import Delivery, DeliveryAttempt
 
 BASE_DELAY_S = 5.0
@@ -218,7 +219,5 @@ def record(delivery_id: int, number: int, response: Response) -> str:
 
 
 def schedule(delivery_id: int, wait: float) -> None:
-    from fleet.tasks import countdown, deliver
-
     delay = countdown(wait)
-    transaction.on_commit(lambda: deliver.apply_async((delivery_id,), countdown=delay))
+    transaction.on_commit(lambda: tasks.deliver.apply_async((delivery_id,), countdown=delay))

@@ -17,13 +17,14 @@ from django.db import IntegrityError, transaction
 
 from fleet import signing
 from fleet.dispatch import HANDLERS, Context, reference_errors
-from fleet.errors import Refusal, error
+from fleet.errors import Refusal, error, errors_body
+from fleet.errors import body as refusal_body
 from fleet.events import Strict, loads, parse, partial_of
 from fleet.models import Agent, Event, SigningKey
 
 log = logging.getLogger(__name__)
 
-UNAUTHORIZED = {"errors": [{"loc": "webhook-signature", "msg": "authentication failed"}]}
+UNAUTHORIZED = errors_body([error("webhook-signature", "authentication failed")])
 WEBHOOK_ID_MAX_CHARS = 200  # Event.webhook_id
 
 
@@ -114,21 +115,21 @@ def event_time(stamp: datetime) -> datetime:
 
 def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_type: str) -> Reply:
     if content_type.split(";")[0].strip().lower() != "application/json":
-        return Reply(415, {"errors": [error("content-type", "must be application/json")]})
+        return Reply(415, errors_body([error("content-type", "must be application/json")]))
     if len(body) > settings.WEBHOOK_MAX_BODY_BYTES:
         limit = settings.WEBHOOK_MAX_BODY_BYTES
-        return Reply(413, {"errors": [error("body", f"larger than the limit of {limit} bytes")]})
+        return Reply(413, errors_body([error("body", f"larger than the limit of {limit} bytes")]))
     agent = authenticate(agent_id, headers, body)
     if agent is None:
         return Reply(401, UNAUTHORIZED)
     bad_id = webhook_id_problem(headers["webhook-id"])
     if bad_id:
-        return Reply(400, {"errors": [error("webhook-id", bad_id)]})
+        return Reply(400, errors_body([error("webhook-id", bad_id)]))
     wait = over_rate(agent)
     if wait:
         return Reply(
             429,
-            {"errors": [error("agent", f"too many requests; retry in {wait} s")]},
+            errors_body([error("agent", f"too many requests; retry in {wait} s")]),
             {"Retry-After": str(wait)},
         )
     webhook_id = headers["webhook-id"]
@@ -140,14 +141,14 @@ def receive(*, agent_id: str, headers: Mapping[str, str], body: bytes, content_t
             agent,
             webhook_id,
             body,
-            Reply(400, {"errors": [error("body", f"not valid UTF-8: {bad}")]}),
+            Reply(400, errors_body([error("body", f"not valid UTF-8: {bad}")])),
         )
     try:
         raw, repeated = loads(text)
     except Refusal as exc:
-        return unreadable(agent, webhook_id, body, Reply(exc.status, {"errors": exc.errors}))
+        return unreadable(agent, webhook_id, body, Reply(exc.status, refusal_body(exc)))
     except ValueError as exc:
-        refused = Reply(400, {"errors": [error("body", f"not valid JSON: {exc}")]})
+        refused = Reply(400, errors_body([error("body", f"not valid JSON: {exc}")]))
         return unreadable(agent, webhook_id, body, refused)
     return apply(agent=agent, webhook_id=webhook_id, body=body, raw=raw, repeated=repeated)
 
@@ -188,7 +189,7 @@ def apply(
             more = actor_errors(agent, exc.partial.fields.get("agent"))
             more += reference_errors(agent, exc.partial)
             errors = errors + [e for e in more if e["loc"] not in named]
-        return Reply(exc.status, {"errors": errors})
+        return Reply(exc.status, errors_body(errors))
     try:
         actor = actor_for(agent, data)
     except Refusal as exc:
@@ -198,7 +199,7 @@ def apply(
         errors = exc.errors
         if exc.status == 422:  # an unknown agent: name the other bad references with it
             errors += reference_errors(agent, partial_of(envelope.type, envelope.data, data, []))
-        return Reply(exc.status, {"errors": errors})
+        return Reply(exc.status, errors_body(errors))
     for _ in range(2):
         try:
             return _apply_once(agent, actor, webhook_id, digest, envelope, data, imported)
@@ -207,7 +208,7 @@ def apply(
             if used is not None:
                 return used
             # A concurrent event created the same row first (a run, a claim): apply again.
-    return Reply(409, {"errors": [error("body", "conflicts with a concurrent event; retry")]})
+    return Reply(409, errors_body([error("body", "conflicts with a concurrent event; retry")]))
 
 
 def _apply_once(
@@ -239,13 +240,13 @@ def _apply_once(
             response = {"event": str(event.pk), "type": envelope.type, **extra}
             Event.objects.filter(pk=event.pk).update(response=response)
     except Refusal as exc:
-        return Reply(exc.status, {"errors": exc.errors})
+        return Reply(exc.status, refusal_body(exc))
     return Reply(202, response)
 
 
 def replay(previous: Event, digest: str) -> Reply:
     if previous.body_sha256 != digest:
-        return Reply(409, {"errors": [error("webhook-id", "already used for a different body")]})
+        return Reply(409, errors_body([error("webhook-id", "already used for a different body")]))
     return Reply(previous.response_status, previous.response)
 
 

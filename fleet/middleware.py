@@ -6,10 +6,12 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from fleet.errors import error, errors_body
+
 
 def database_unavailable() -> JsonResponse:
     response = JsonResponse(
-        {"errors": [{"loc": "database", "msg": "the database is unavailable; retry later"}]},
+        errors_body([error("database", "the database is unavailable; retry later")]),
         status=503,
     )
     response["Retry-After"] = str(settings.DATABASE_RETRY_AFTER_SECONDS)

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from fleet import tasks
 from fleet.models import Delivery, Fleet
 
 EVENT_TYPES = (
@@ -40,7 +41,5 @@ def notify(
         payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
         next_attempt_at=now,
     )
-    from fleet.tasks import deliver
-
-    transaction.on_commit(lambda: deliver.delay(delivery.pk))
+    transaction.on_commit(lambda: tasks.deliver.delay(delivery.pk))
     return delivery

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from kombu import Connection
 
 from fleet import intake, selectors, signing
+from fleet.errors import error, errors_body
 from fleet.middleware import database_unavailable, is_database_down
 from fleet.models import Capability, Fleet
 from runs.capabilities import capability_change
@@ -36,7 +37,7 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     """Agents get the JSON error body on an unknown path; people get the page."""
     if machine_facing(request):
         msg = f"no endpoint {request.path!r}; see /api/v1/openapi.json and DESIGN section 3"
-        return JsonResponse({"errors": [{"loc": "path", "msg": msg}]}, status=404)
+        return JsonResponse(errors_body([error("path", msg)]), status=404)
     if request.headers.get("HX-Request") == "true":
         return refused_in_place(
             404, "That is gone, or belongs to a fleet you are not a member of. Reload the page."
@@ -66,7 +67,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 def agent_events(request: HttpRequest, agent_id: str) -> HttpResponse:
     if request.method != "POST":
         response = JsonResponse(
-            {"errors": [{"loc": "method", "msg": f"{request.method} is not allowed; POST events"}]},
+            errors_body([error("method", f"{request.method} is not allowed; POST events")]),
             status=405,
         )
         response["Allow"] = "POST"
@@ -101,9 +102,7 @@ def demo_callback(request: HttpRequest, fleet_name: str) -> HttpResponse:
     try:
         signing.verify([fleet.callback_secret if fleet else ""], headers=headers, body=request.body)
     except signing.SignatureError:
-        return JsonResponse(
-            {"errors": [{"loc": "webhook-signature", "msg": "not ours"}]}, status=401
-        )
+        return JsonResponse(errors_body([error("webhook-signature", "not ours")]), status=401)
     return HttpResponse(status=204)
 
 

@@ -55,36 +55,22 @@ def answer_reframe(
     """
     who = f"reviewer:{reviewer}"
     payload = {"question": question, "answer": answer, "escalation": escalation}
-    claim = Claim.objects.create(
-        run=run,
-        task=task,
-        key=f"answer.escalation-{escalation}",
+    evidence = answer_claim(
+        run,
+        task,
+        who=who,
+        reviewer=reviewer,
         statement=f"{question} — {answer}",
-        load_bearing=True,
-        status=Claim.Status.VERIFIED,
-        status_reason=f"verified: answered by {reviewer}, a reviewer",
-        posted_at=at,
-        checked_at=at,
-        checked_by=who,
-    )
-    evidence = Evidence.objects.create(
-        claim=claim,
-        role=Evidence.Role.CHECK,
-        kind=HUMAN_ANSWER,
-        source=who,
-        payload_hash=payload_hash(payload),
+        key=f"answer.escalation-{escalation}",
         payload=payload,
-        submitted_by=who,
-        verdict=Claim.Status.VERIFIED,
-        verdict_reason="a reviewer's answer is itself a verified claim",
-        created_at=at,
+        at=at,
     )
     truth = {
         "kind": HUMAN_ANSWER,
         "source": who,
         "question": question,
         "answer": answer,
-        "claim": claim.key,
+        "claim": evidence.claim.key,
         "escalation": escalation,
         "payload_hash": evidence.payload_hash,
     }
@@ -115,6 +101,53 @@ def answer_reframe(
     nodes, world = scheduler.nodes_for(run), scheduler.world_for(run)
     released = release.released_by(nodes, world, task.key)
     blockers = list(frontier.frontier(nodes, world).deferred.get(task.key, ()))
+    notify_reframed(run, task, attempt, decision, escalation)
+    scheduler.mark_changed(run, released)
+    return Reframed(decision=decision, released=released, blockers=blockers)
+
+
+def answer_claim(
+    run: Run,
+    task: Task,
+    *,
+    who: str,
+    reviewer: str,
+    statement: str,
+    key: str,
+    payload: dict[str, object],
+    at: datetime,
+) -> Evidence:
+    """A reviewer's answer is itself a verified claim: its `human_answer` evidence."""
+    claim = Claim.objects.create(
+        run=run,
+        task=task,
+        key=key,
+        statement=statement,
+        load_bearing=True,
+        status=Claim.Status.VERIFIED,
+        status_reason=f"verified: answered by {reviewer}, a reviewer",
+        posted_at=at,
+        checked_at=at,
+        checked_by=who,
+    )
+    return Evidence.objects.create(
+        claim=claim,
+        role=Evidence.Role.CHECK,
+        kind=HUMAN_ANSWER,
+        source=who,
+        payload_hash=payload_hash(payload),
+        payload=payload,
+        submitted_by=who,
+        verdict=Claim.Status.VERIFIED,
+        verdict_reason="a reviewer's answer is itself a verified claim",
+        created_at=at,
+    )
+
+
+def notify_reframed(
+    run: Run, task: Task, attempt: Attempt | None, decision: Decision, escalation: int
+) -> None:
+    """`task.reframed`, with the whole context of the next attempt (all its ground truth)."""
     context = next_attempt(task)
     notify(
         run.fleet,
@@ -130,8 +163,6 @@ def answer_reframe(
             "escalation": escalation,
         },
     )
-    scheduler.mark_changed(run, released)
-    return Reframed(decision=decision, released=released, blockers=blockers)
 
 
 def person_reroute(

@@ -10,26 +10,32 @@ the Decision row (acted_at) is the truth, the broker's messages only wake it.
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
+from fleet.broker import countdown
 from fleet.models import Agent, Capability
 from fleet.outbox import notify
-from runs import capabilities, holds, policy, scheduler, signals, task_state
-from runs.claims.hashing import HUMAN_ANSWER
-from runs.models import Attempt, Claim, Decision, Evidence, ProgressLine, Run, Task
+from runs import capabilities, holds, policy, scheduler, signals, task_state, tasks
+from runs.models import Attempt, Claim, Decision, ProgressLine, Run, Task
+from runs.retry_facts import (
+    alternatives_for,
+    attempt_views,
+    budget_for,
+    ground_truth_for,
+    recent_capability_failures,
+    tools_for,
+)
 from runs.selectors import attempt_cause, killed_records
 
 # The signature of a task whose load-bearing claim reality refuted: two such failures of
 # differently prompted attempts agree (the signal rule), whichever claims they were.
 CLAIM_REFUTED = "claim-refuted"
 BREAKER = "bulkhead:circuit-breaker"
-FLEET_BUDGET_PERIOD = timedelta(hours=1)  # Fleet.retry_budget is per hour
 
 
 def retry_config() -> policy.RetryConfig:
@@ -199,14 +205,7 @@ def decide_failure(
     cause = policy.failure_cause(killed=killed, cause=own)
     # A later failure names the killed work ahead of its own cause, here and in run.failed.
     named = f"{cause}. " if killed else ""
-
-    tool = task.agent if task.agent.is_tool else attempt.agent if attempt.agent.is_tool else None
-    # A task rerouted to a tool has had its reroute: the policy escalates it (rule 5).
-    if (
-        tool is not None
-        and Decision.objects.filter(task=task, action=Decision.Action.REROUTE).exists()
-    ):
-        tool = None
+    tool = deterministic_tool(task, attempt)
     if tool is not None and (override is not None or attempt.failure_kind != "transient"):
         decision = record(
             run,
@@ -219,25 +218,57 @@ def decide_failure(
             "and a deterministic step fails the same way again, so it is neither retried, "
             "reframed nor rerouted; nothing is left for the policy to change.",
         )
+    elif task.state == Task.State.ESCALATED:
+        return with_a_person(run, task, attempt, now, named=named)
+    else:
+        decision = ask_the_policy(
+            run, task, attempt, now, reality=reality, override=override, tool=tool, named=named
+        )
+    if decision.action == Decision.Action.ABORT:
         fail_run(run, task, cause=cause, now=now)
         scheduler.mark_changed(run, [task.key])
-        return decision
+    return decision
 
-    if task.state == Task.State.ESCALATED:
-        # The agent stopped and handed over a packet after its failure: a person has it now.
-        hold = holds.first_hold(task)
-        which = f" ({hold.replace(':', ' ')})" if hold else ""
-        return record(
-            run,
-            task,
-            attempt,
-            now,
-            action="escalate",
-            reason=named
-            + f"Escalate: attempt {attempt.number} failed and the agent handed over a failure "
-            f"packet{which}; the task waits for a person.",
-        )
 
+def deterministic_tool(task: Task, attempt: Attempt) -> Agent | None:
+    """The tool the task is assigned to, unless it was rerouted there (rule 5: then escalate)."""
+    tool = task.agent if task.agent.is_tool else attempt.agent if attempt.agent.is_tool else None
+    if (
+        tool is not None
+        and Decision.objects.filter(task=task, action=Decision.Action.REROUTE).exists()
+    ):
+        return None
+    return tool
+
+
+def with_a_person(run: Run, task: Task, attempt: Attempt, now: datetime, *, named: str) -> Decision:
+    """The agent stopped and handed over a packet after its failure: a person has it now."""
+    hold = holds.first_hold(task)
+    which = f" ({hold.replace(':', ' ')})" if hold else ""
+    return record(
+        run,
+        task,
+        attempt,
+        now,
+        action="escalate",
+        reason=named
+        + f"Escalate: attempt {attempt.number} failed and the agent handed over a failure "
+        f"packet{which}; the task waits for a person.",
+    )
+
+
+def ask_the_policy(
+    run: Run,
+    task: Task,
+    attempt: Attempt,
+    now: datetime,
+    *,
+    reality: Sequence[Mapping[str, Any]],
+    override: policy.Failure | None,
+    tool: Agent | None,
+    named: str,
+) -> Decision:
+    """The retry policy decides on the attempts' history and the facts; carried out at once."""
     config = retry_config()
     views = attempt_views(task)
     if override is not None:
@@ -259,9 +290,6 @@ def decide_failure(
         run, task, attempt, now, action=result.action, reason=named + result.reason, result=result
     )
     carry_out(decision, run, task, attempt, now, breaker=breaker)
-    if decision.action == Decision.Action.ABORT:
-        fail_run(run, task, cause=cause, now=now)
-        scheduler.mark_changed(run, [task.key])
     return decision
 
 
@@ -355,14 +383,13 @@ def carry_out(
 
 def schedule(decision: Decision, now: datetime) -> None:
     """Wake the retry at its not_before; a wait the broker cannot hold is left to the reconciler."""
-    from fleet.tasks import countdown
-    from runs.tasks import act_on_decision
-
     assert decision.not_before is not None
     wait = (decision.not_before - now).total_seconds()
     delay = countdown(wait)
     decision_id = decision.pk
-    transaction.on_commit(lambda: act_on_decision.apply_async((decision_id,), countdown=delay))
+    transaction.on_commit(
+        lambda: tasks.act_on_decision.apply_async((decision_id,), countdown=delay)
+    )
 
 
 def reroute_target(run: Run, target: str) -> Agent:
@@ -405,133 +432,3 @@ def fail_run(run: Run, task: Task, *, cause: str, now: datetime) -> None:
     if failed:
         run.state, run.cause, run.finished_at = Run.State.FAILED, full, now
         notify(run.fleet, "run.failed", {"run": run.key, "task": task.key, "cause": full})
-
-
-def attempt_views(task: Task) -> list[policy.AttemptView]:
-    views = []
-    for a in task.attempts.select_related("agent").order_by("number"):
-        failure = None
-        if a.failure_kind:
-            failure = policy.Failure(
-                kind=a.failure_kind,
-                signature=a.failure_signature,
-                message=a.failure_message,
-                capability=a.failure_capability or None,
-            )
-        views.append(
-            policy.AttemptView(
-                number=a.number,
-                agent=policy.TOOL + a.agent.name if a.agent.is_tool else a.agent.name,
-                prompt_hash=a.prompt_hash,
-                context_hash=a.context_hash,
-                outcome=a.outcome or None,
-                failure=failure,
-                reframed=a.reframed,
-                rerouted=a.rerouted,
-                resumed=a.resumed,
-                background_killed=tuple(a.background_killed),
-                resumable=a.resumable,
-            )
-        )
-    return views
-
-
-def budget_for(run: Run, task: Task, now: datetime) -> policy.Budget:
-    retries = Decision.objects.filter(action=Decision.Action.RETRY)
-    return policy.Budget(
-        task_retries_used=retries.filter(task=task).count(),
-        fleet_retries_used=retries.filter(
-            run__fleet_id=run.fleet_id, created_at__gt=now - FLEET_BUDGET_PERIOD
-        ).count(),
-        fleet_budget=run.fleet.retry_budget,
-    )
-
-
-def recent_capability_failures(run: Run, attempt: Attempt, config: policy.RetryConfig) -> int:
-    """Transient failures naming the attempt's capability across the fleet, within the window.
-
-    Counted on the agents' clock (the attempts' finish times), ending at this attempt's.
-    """
-    if attempt.failure_kind != "transient" or not attempt.failure_capability:
-        return 0
-    end = attempt.finished_at
-    if end is None:
-        return 0
-    since = end - timedelta(seconds=config.breaker_window_s)
-    # The failures up to the last trip were counted then: once it is back they trip it no more.
-    tripped = (
-        Decision.objects.filter(
-            run__fleet_id=run.fleet_id,
-            trip_capability=attempt.failure_capability,
-            attempt__finished_at__lt=end,
-        )
-        .order_by("-attempt__finished_at")
-        .values_list("attempt__finished_at", flat=True)
-        .first()
-    )
-    if tripped is not None:
-        since = max(since, tripped)
-    return Attempt.objects.filter(
-        task__run__fleet_id=run.fleet_id,
-        failure_kind="transient",
-        failure_capability=attempt.failure_capability,
-        finished_at__gt=since,
-        finished_at__lte=end,
-    ).count()
-
-
-def peers(task: Task) -> list[Agent]:
-    """Agents of the task's role, by name: where a reroute may go. No role, no peers."""
-    if not task.agent.role:
-        return []
-    return list(
-        Agent.objects.filter(fleet_id=task.agent.fleet_id, role=task.agent.role).order_by("name")
-    )
-
-
-def alternatives_for(task: Task) -> list[str]:
-    return [a.name for a in peers(task) if not a.is_tool and a.pk != task.agent_id]
-
-
-def tools_for(task: Task) -> list[str]:
-    return [a.name for a in peers(task) if a.is_tool]
-
-
-def ground_truth_for(task: Task, extra: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
-    """What the task's next attempt lacked: reality for refuted claims it posted or consumed,
-    and reviewers' answers given for it; oldest first, each once."""
-    consumed = Q(key__in=list(task.consumes)) | Q(uses__task=task)
-    refuted = Claim.objects.filter(run_id=task.run_id, status=Claim.Status.REFUTED).filter(
-        Q(task=task) | consumed
-    )
-    rows = (
-        Evidence.objects.filter(
-            Q(claim__in=refuted, role=Evidence.Role.REALITY)
-            | Q(claim__in=refuted, kind=HUMAN_ANSWER, verdict=Claim.Status.REFUTED)
-            | Q(claim__task=task, kind=HUMAN_ANSWER, verdict=Claim.Status.VERIFIED)
-        )
-        .select_related("claim")
-        .order_by("created_at", "id")
-    )
-    truth: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in rows:
-        item: dict[str, Any] = {
-            "claim": row.claim.key,
-            "statement": row.claim.statement,
-            "kind": row.kind,
-            "source": row.source,
-            "datasource": row.datasource or None,
-            "workspace": row.workspace or None,
-            "payload_hash": row.payload_hash or None,
-            "payload": row.payload,
-            "reason": row.verdict_reason,
-            "checked_by": row.submitted_by,
-        }
-        truth.setdefault(truth_key(item), item)
-    for given in extra:
-        truth.setdefault(truth_key(given), dict(given))
-    return list(truth.values())
-
-
-def truth_key(item: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (item.get("claim"), item.get("kind"), item.get("source"), item.get("payload_hash"))

@@ -10,7 +10,7 @@ from django.utils import timezone
 from fleet.models import Capability, Fleet
 from fleet.outbox import notify
 from runs import frontier as rule
-from runs import holds
+from runs import holds, selectors, tasks
 from runs.models import Attempt, Blocker, Claim, Decision, FrontierChange, Prerequisite, Run, Task
 
 HARD = ("capability:", "barrier:", "claim:", "escalation:", "halt:")
@@ -95,12 +95,10 @@ def frontier_of(run: Run) -> rule.Frontier:
 
 def mark_changed(run: Run, keys: Iterable[str] | None, *, capability: str | None = None) -> None:
     """Record that the run's frontier must be recomputed, and ask a worker after commit."""
-    from runs.tasks import recompute
-
     FrontierChange.objects.create(run=run)
     changed = None if keys is None else sorted(set(keys))
     run_id = run.pk
-    transaction.on_commit(lambda: recompute.delay(run_id, changed, capability))
+    transaction.on_commit(lambda: tasks.recompute.delay(run_id, changed, capability))
 
 
 def capability_changed(*, fleet: Fleet, name: str) -> None:
@@ -219,10 +217,8 @@ def write(
 
 
 def verify_after_commit(claim: Claim) -> None:
-    from runs.tasks import verify_claim
-
     claim_id = claim.pk
-    transaction.on_commit(lambda: verify_claim.delay(claim_id))
+    transaction.on_commit(lambda: tasks.verify_claim.delay(claim_id))
 
 
 def attempt_flags(task: Task, number: int) -> dict[str, Any]:
@@ -255,10 +251,8 @@ def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> N
     if not (needs_decision and attempt.outcome == Attempt.Outcome.SUCCEEDED):
         mark_changed(run, [task.key])
     if needs_decision:
-        from runs.tasks import after_attempt
-
         attempt_id = attempt.pk
-        transaction.on_commit(lambda: after_attempt.delay(attempt_id))
+        transaction.on_commit(lambda: tasks.after_attempt.delay(attempt_id))
 
 
 def settle(run: Run) -> None:
@@ -268,14 +262,12 @@ def settle(run: Run) -> None:
     last tasks finishing at once cannot both miss each other. A success the retry policy has
     not decided on yet (killed background work: it may be resumed) does not settle the run.
     """
-    from runs.selectors import undecided_attempts
-
     states = set(Task.objects.filter(run=run).values_list("state", flat=True))
     if (
         run.state == Run.State.RUNNING
         and states
         and states <= {Task.State.SUCCEEDED, Task.State.CANCELLED}
-        and (run.imported or not undecided_attempts().filter(task__run=run).exists())
+        and (run.imported or not selectors.undecided_attempts().filter(task__run=run).exists())
     ):
         # It finished when its last task did (an event's time: an imported run's is its own).
         last = Task.objects.filter(run=run).aggregate(last=Max("finished_at"))["last"]

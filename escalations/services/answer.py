@@ -21,7 +21,7 @@ from escalations.services.state import (
 from fleet.errors import Refusal
 from fleet.outbox import notify
 from runs import human_decisions
-from runs.models import Task
+from runs.models import Run, Task
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,26 @@ class Answered:
 def answer_text_of(text: str, option: str) -> str:
     """An option with a note is both; the option's own words typed again are just the option."""
     return f"{option}: {text}" if option and text and text != option else (text or option)
+
+
+def refuse_unless_answerable(
+    run: Run, task: Task, escalation: Escalation, *, text: str, option: str
+) -> None:
+    if option and option not in options_of(escalation):
+        raise Refusal("Choose one of the packet's options, or write the answer.", status=422)
+    if not text and not option:
+        raise Refusal("Write the answer (or choose an option) before releasing.", status=422)
+    if len(text) > ANSWER_MAX_CHARS:
+        raise Refusal(
+            f"The answer is {len(text):,} characters; keep it under {ANSWER_MAX_CHARS:,}: "
+            "the agent needs the one fact, not an essay.",
+            status=422,
+        )
+    refuse_unless_running(run, "an answer cannot release anything; abort to close it.")
+    if task.state != Task.State.ESCALATED:
+        raise Refusal(
+            f"The task {task.key} is {task.state}, not waiting for an answer.", status=409
+        )
 
 
 @transaction.atomic
@@ -50,21 +70,7 @@ def escalation_answer(
     now = timezone.now()
     run, task, escalation = lock_for_action(escalation.pk)
     refuse_unless_open(escalation, reviewer, now)
-    if option and option not in options_of(escalation):
-        raise Refusal("Choose one of the packet's options, or write the answer.", status=422)
-    if not text and not option:
-        raise Refusal("Write the answer (or choose an option) before releasing.", status=422)
-    if len(text) > ANSWER_MAX_CHARS:
-        raise Refusal(
-            f"The answer is {len(text):,} characters; keep it under {ANSWER_MAX_CHARS:,}: "
-            "the agent needs the one fact, not an essay.",
-            status=422,
-        )
-    refuse_unless_running(run, "an answer cannot release anything; abort to close it.")
-    if task.state != Task.State.ESCALATED:
-        raise Refusal(
-            f"The task {task.key} is {task.state}, not waiting for an answer.", status=409
-        )
+    refuse_unless_answerable(run, task, escalation, text=text, option=option)
     answer_text = answer_text_of(text, option)
     try:
         with transaction.atomic():

@@ -89,19 +89,23 @@ def packet_submit(
         escalation.save(update_fields=["packet"])
     task_state.escalated(row)
     if action in ("opened", "reopened"):
-        notify(
-            actor.fleet,
-            "escalation.opened",
-            {
-                "escalation": escalation.pk,
-                "run": found.key,
-                "task": row.key,
-                "question": checked.smallest_unblocking_question,
-                "reopened": action == "reopened",
-            },
-        )
+        notify_opened(escalation, checked, reopened=action == "reopened")
     scheduler.mark_changed(found, [row.key])
     return {"run": found.key, "task": row.key, "escalation": escalation.pk, "packet": action}
+
+
+def notify_opened(escalation: Escalation, packet: Packet, *, reopened: bool) -> None:
+    notify(
+        escalation.run.fleet,
+        "escalation.opened",
+        {
+            "escalation": escalation.pk,
+            "run": escalation.run.key,
+            "task": escalation.task.key,
+            "question": packet.smallest_unblocking_question,
+            "reopened": reopened,
+        },
+    )
 
 
 def escalation_for_packet(task: Task) -> tuple[Escalation | None, str]:

@@ -17,9 +17,10 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from fleet import deliveries
+from fleet.broker import countdown
 from fleet.models import Delivery, DeliveryAttempt, Fleet
 from fleet.outbox import notify
-from fleet.tasks import countdown, reconcile
+from fleet.tasks import reconcile
 from tests.conftest import eventually, task
 
 pytestmark = pytest.mark.django_db

@@ -64,7 +64,7 @@ def test_a_failed_runs_pending_tasks_are_not_ready(client, planner, coder, token
 def test_an_imported_runs_finished_tasks_are_not_ready(client, planner, coder, token):
     import json
 
-    from runs.management.commands.import_events import import_events
+    from fleet.management.commands.import_events import import_events
 
     def line(agent: str, type: str, minute: int, data: dict) -> str:
         stamp = f"2026-06-02T09:{minute:02d}:00Z"
