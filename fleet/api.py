@@ -8,7 +8,8 @@ from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
-from fleet.models import ApiToken, Membership, token_digest
+from fleet.access import member_fleet_ids
+from fleet.models import ApiToken, token_digest
 
 
 class AgentToken(HttpBearer):
@@ -28,11 +29,7 @@ class AgentToken(HttpBearer):
 def fleet_ids(request: HttpRequest) -> list[int]:
     ids = getattr(request, "fleet_ids", None)
     if ids is None:
-        ids = list(
-            Membership.objects.filter(user_id=request.user.pk or 0).values_list(
-                "fleet_id", flat=True
-            )
-        )
+        ids = member_fleet_ids(request.user)
     return ids
 
 

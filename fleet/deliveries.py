@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from fleet import signing
 from fleet.models import Delivery, DeliveryAttempt
+from fleet.tasks import countdown, deliver
 
 BASE_DELAY_S = 5.0
 MAX_DELAY_S = 3600.0
@@ -218,7 +219,5 @@ def record(delivery_id: int, number: int, response: Response) -> str:
 
 
 def schedule(delivery_id: int, wait: float) -> None:
-    from fleet.tasks import countdown, deliver
-
     delay = countdown(wait)
     transaction.on_commit(lambda: deliver.apply_async((delivery_id,), countdown=delay))

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.models import Delivery, Fleet
+from fleet.tasks import deliver
 
 EVENT_TYPES = (
     "task.ready",
@@ -40,7 +41,5 @@ def notify(
         payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
         next_attempt_at=now,
     )
-    from fleet.tasks import deliver
-
     transaction.on_commit(lambda: deliver.delay(delivery.pk))
     return delivery

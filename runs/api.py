@@ -6,8 +6,9 @@ from django.http import HttpRequest
 from ninja import Router
 from ninja.errors import HttpError
 
+from escalations.selectors import runs as selectors
 from fleet.api import ERRORS, fleet_ids
-from runs import context, scheduler, selectors
+from runs import context, scheduler
 from runs.api_schemas import ContextOut, FrontierOut, RunOut
 from runs.models import Run, Task
 

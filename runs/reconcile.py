@@ -5,6 +5,10 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q
 
+from runs.models import Claim, Decision
+from runs.selectors import undecided_attempts
+from runs.tasks import act_on_decision, after_attempt, verify_claim
+
 BATCH = 500
 
 
@@ -13,10 +17,6 @@ def reenqueue(*, now: datetime) -> dict[str, int]:
 
     Each task they enqueue is idempotent, so one that was only slow, not lost, runs once.
     """
-    from runs.models import Claim, Decision
-    from runs.selectors import undecided_attempts
-    from runs.tasks import act_on_decision, after_attempt, verify_claim
-
     pending = list(
         Claim.objects.filter(verification_pending=True).values_list("pk", flat=True)[:BATCH]
     )
