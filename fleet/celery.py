@@ -4,6 +4,7 @@ import os
 from typing import Any
 
 from celery import Celery, Task, signals
+from django import db
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
 
@@ -23,6 +24,4 @@ def close_old_connections(sender: Task, **kwargs: Any) -> None:
     """
     if getattr(sender.request, "is_eager", False):
         return
-    from django.db import close_old_connections
-
-    close_old_connections()
+    db.close_old_connections()

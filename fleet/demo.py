@@ -8,6 +8,8 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from escalations.models import Escalation
+from escalations.selectors.radius import radii_for
 from fleet import services
 from fleet.celery import app as celery_app
 from fleet.models import Fleet, Membership
@@ -20,7 +22,7 @@ from fleet.stories import (
     play,
     recent,
 )
-from runs.models import Run
+from runs.models import Blocker, Run
 
 FLEET = "demo"
 # The forge stays down in the demo, so that its deferred work can be seen and released by hand
@@ -108,8 +110,6 @@ PAST_RUN, PAST_CLAIM = "tier-discounts", "plan.customer-tier"  # the seed's inve
 
 
 def waiting_now(fleet: Fleet) -> str:
-    from escalations.models import Escalation
-
     waiting = Escalation.objects.filter(fleet=fleet, status__in=Escalation.OPEN_STATES)
     first = waiting.select_related("task").order_by("opened_at").first()
     if first is None:
@@ -118,8 +118,6 @@ def waiting_now(fleet: Fleet) -> str:
 
 
 def radius_now(fleet: Fleet, run_key: str, claim: str) -> str:
-    from escalations.selectors import radii_for
-
     run = Run.objects.filter(fleet=fleet, key=run_key).first()
     if run is None:
         return "not loaded"
@@ -137,8 +135,6 @@ def radius_now(fleet: Fleet, run_key: str, claim: str) -> str:
 
 
 def forge_now(fleet: Fleet) -> str:
-    from runs.models import Blocker
-
     run = Run.objects.filter(fleet=fleet, key=forge_outage.RUN).first()
     if run is None:
         return "not loaded"

@@ -15,10 +15,6 @@ urlpatterns = [
     path("demo/callback/<slug:fleet_name>", views.demo_callback, name="demo-callback"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
-    path("capabilities/", views.capabilities, name="capabilities"),
-    path("capabilities/<int:capability_id>/", views.capability_set, name="capability-set"),
-    path("deliveries/", views.deliveries, name="deliveries"),
     path("admin/", admin.site.urls),
-    path("", include("runs.urls")),
     path("", include("escalations.urls")),
 ]

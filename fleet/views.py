@@ -1,36 +1,22 @@
-"""HTTP endpoints of the fleet: the agent webhook, the health checks, capabilities, deliveries."""
-
-import json
+"""HTTP endpoints of the fleet: the agent webhook, the demo callback, health, the error pages."""
 
 from django.conf import settings
-from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.db import DatabaseError, connection, transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from kombu import Connection
 
-from fleet import intake, selectors, signing
+from escalations.views.pages import refused_in_place
+from fleet import intake, signing
 from fleet.errors import error, errors_body
 from fleet.middleware import database_unavailable, is_database_down
-from fleet.models import Capability, Fleet
-from runs.capabilities import capability_change
+from fleet.models import Fleet
 
 
 def machine_facing(request: HttpRequest) -> bool:
     return request.path.startswith(("/api/", "/hooks/"))
-
-
-def refused_in_place(status: int, message: str) -> HttpResponse:
-    """An htmx request refused outside its view: say why and swap nothing, so nothing the
-    reviewer typed is lost and no whole page lands inside a row (desk.js shows the message)."""
-    response = HttpResponse(status=status)
-    response["HX-Reswap"] = "none"
-    response["HX-Trigger"] = json.dumps({"bulkhead:refused": {"message": message}})
-    return response
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -138,72 +124,3 @@ def readyz(request: HttpRequest) -> HttpResponse:
     if not ok:
         response["Retry-After"] = str(settings.DATABASE_RETRY_AFTER_SECONDS)
     return response
-
-
-@login_required
-@require_GET
-def capabilities(request: HttpRequest) -> HttpResponse:
-    rows = selectors.capability_board(request.user)
-    # While the worker re-evaluates the work, the board polls itself until the counts are true.
-    settling = any(row["settling"] for row in rows)
-    return render(request, "fleet/capabilities.html", {"rows": rows, "settling": settling})
-
-
-@login_required
-@require_POST
-def capability_set(request: HttpRequest, capability_id: int) -> HttpResponse:
-    capability = get_object_or_404(
-        Capability.objects.select_related("fleet"),
-        pk=capability_id,
-        fleet__in=selectors.fleets_of(request.user),
-    )
-    if not selectors.is_manager(request.user, capability.fleet_id):
-        return HttpResponseForbidden("Only a manager of this fleet can change its capabilities.")
-    status = request.POST.get("status", "")
-    reason = request.POST.get("reason", "").strip()
-    errors = []
-    if status not in Capability.Status.values:
-        errors.append("Choose up or down.")
-    if not reason:
-        errors.append("Say why: the reason is shown to everyone whose work it defers.")
-    if len(reason) > 500:
-        errors.append("Keep the reason under 500 characters.")
-    if errors:
-        rows = selectors.capability_board(request.user)
-        context = {"rows": rows, "errors": errors, "failed": capability.pk, "reason": reason}
-        context["settling"] = any(row["settling"] for row in rows)
-        return render(request, "fleet/capabilities.html", context, status=422)
-    with transaction.atomic():
-        capability_change(
-            fleet=capability.fleet,
-            name=capability.name,
-            status=status,
-            reason=reason,
-            role=None,
-            by=f"manager:{request.user.get_username()}",
-            at=timezone.now(),
-        )
-    messages.success(request, f"{capability.name} is now {status}.")
-    return redirect("capabilities")
-
-
-@login_required
-@require_GET
-def deliveries(request: HttpRequest) -> HttpResponse:
-    """The delivery log: what was sent to each fleet's callback, and how the receiver answered."""
-    from fleet.models import Delivery
-
-    status = request.GET.get("status", "")
-    if status not in Delivery.Status.values:
-        status = ""
-    before = request.GET.get("before", "")
-    log = selectors.delivery_log(
-        request.user,
-        fleet=request.GET.get("fleet", ""),
-        status=status,
-        before=int(before) if before.isdigit() else None,
-    )
-    query = {k: v for k, v in (("fleet", request.GET.get("fleet", "")), ("status", status)) if v}
-    context = {**log, "status": status, "fleet": query.get("fleet", ""), "query": query}
-    context["statuses"] = Delivery.Status.values
-    return render(request, "fleet/deliveries.html", context)

@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 
+from runs.claims.by_hand import check_by_hand
 from runs.models import (
     Artifact,
     Attempt,
@@ -101,8 +102,6 @@ class EvidenceInline(admin.StackedInline):
 
 @admin.action(description="Verify by hand (recorded as a reviewer's human answer)")
 def verify_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-def]
-    from runs.claims.by_hand import check_by_hand
-
     for claim in queryset:
         check_by_hand(
             claim=claim, reviewer=request.user, verdict="verified", note="verified in the admin"
@@ -111,8 +110,6 @@ def verify_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-de
 
 @admin.action(description="Refute by hand (recorded as a reviewer's human answer)")
 def refute_by_hand(modeladmin, request, queryset):  # type: ignore[no-untyped-def]
-    from runs.claims.by_hand import check_by_hand
-
     for claim in queryset:
         check_by_hand(
             claim=claim, reviewer=request.user, verdict="refuted", note="refuted in the admin"

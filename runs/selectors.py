@@ -1,11 +1,12 @@
-"""Reads of the work: a run as the API and the run page show it."""
+"""Reads of the work: a run's tasks, decisions and checkpoint, and the decisions still owed."""
 
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from runs.models import Attempt, Blocker, Claim, Decision, ProgressLine, Run, Task
+from runs import frontier, scheduler
+from runs.models import Attempt, Blocker, Decision, ProgressLine, Run, Task
 from runs.policy import failure_cause
 
 
@@ -14,8 +15,6 @@ def runs_visible(fleet_ids: list[int]) -> QuerySet[Run]:
 
 
 def task_rows(run: Run) -> list[dict[str, Any]]:
-    from runs import frontier, scheduler
-
     # Computed now, as GET .../frontier and the start gate compute them: the stored blockers
     # (the checkpoint) catch up in the worker a moment after each event.
     nodes = scheduler.nodes_for(run)
@@ -45,26 +44,6 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
             "finished_at": t.finished_at,
         }
         for t in Task.objects.filter(run=run).select_related("agent").order_by("position")
-    ]
-
-
-def claim_rows(run: Run) -> list[dict[str, Any]]:
-    from escalations.selectors import radii_for
-
-    radii = radii_for(run)
-    return [
-        {
-            "key": c.key,
-            "task": c.task.key,
-            "statement": c.statement,
-            "load_bearing": c.load_bearing,
-            "status": c.status,
-            "reason": c.status_reason,
-            "posted_at": c.posted_at,
-            "checked_at": c.checked_at,
-            "blast_radius": radii.get(c.key),
-        }
-        for c in Claim.objects.filter(run=run).select_related("task").order_by("posted_at", "id")
     ]
 
 
@@ -145,31 +124,6 @@ def decision_rows(run: Run) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def run_detail(run: Run) -> dict[str, Any]:
-    return {
-        "run": run.key,
-        "fleet": run.fleet.name,
-        "title": run.title,
-        "policy": run.policy,
-        "state": run.state,
-        "cause": run.cause or None,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "tasks": task_rows(run),
-        "claims": claim_rows(run),
-        "decisions": decision_rows(run),
-        "progress": [
-            {
-                "task": p.task.key if p.task else None,
-                "text": p.text,
-                "killed": p.killed,
-                "at": p.created_at,
-            }
-            for p in ProgressLine.objects.filter(run=run).select_related("task")
-        ],
-    }
 
 
 CHECKPOINT_ROWS = 200

@@ -9,8 +9,7 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from escalations.selectors import FLEET_ROLES
-from fleet.models import Membership
+from fleet.access import manages_a_fleet
 
 register = template.Library()
 
@@ -53,11 +52,7 @@ def is_manager(context: template.Context) -> bool:
     user = context.get("user")
     if user is None or not user.is_authenticated:
         return False
-    # The page's view has usually read the person's memberships already (member_fleet_ids).
-    roles = getattr(user, FLEET_ROLES, None)
-    if roles is not None:
-        return Membership.Role.MANAGER in roles.values()
-    return Membership.objects.filter(user_id=user.pk, role=Membership.Role.MANAGER).exists()
+    return manages_a_fleet(user)
 
 
 @register.filter

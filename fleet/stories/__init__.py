@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
-from fleet import intake, signing
+from fleet import intake, services, signing
 from fleet.models import Agent, Fleet, SigningKey
 
 BASE = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -133,8 +133,6 @@ def recent(story: Story, now: datetime) -> datetime:
 
 
 def ensure_agents(fleet: Fleet, story: Story) -> None:
-    from fleet import services
-
     for name, role, orchestrator in story.agents:
         if not Agent.objects.filter(fleet=fleet, name=name).exists():
             services.agent_create(

@@ -12,6 +12,7 @@ escalates with the seed's failure packet, whose question waits for a reviewer.
 import sqlite3
 from pathlib import Path
 
+from fleet import services
 from fleet.models import Agent, Fleet
 from fleet.stories import Step, Story
 from runs.claims.hashing import payload_hash, query_result_payload
@@ -148,8 +149,6 @@ TIER_TABLE = 9
 
 
 def ensure_imported_agents(fleet: "Fleet") -> None:
-    from fleet import services
-
     for name in IMPORTED_AGENTS:
         if not Agent.objects.filter(fleet=fleet, name=name).exists():
             services.agent_create(fleet=fleet, name=name)

@@ -9,8 +9,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from escalations import selectors
 from escalations.models import Escalation
+from escalations.selectors import queue
 from fleet import services
 from tests.escalations.desk import QUESTION, Desk, member
 
@@ -80,7 +80,7 @@ def test_repeated_failures_are_throttled_even_with_the_right_password(alice, bob
 
 
 def test_behind_the_proxy_an_address_is_throttled_by_the_client_not_the_proxy(alice, bob, settings):
-    from escalations.views import LOGIN_FAILURES_PER_ADDRESS
+    from escalations.views.sign_in import LOGIN_FAILURES_PER_ADDRESS
 
     settings.BEHIND_PROXY = True
     attacker = Client(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="1.2.3.4, 203.0.113.9")
@@ -279,7 +279,7 @@ def page_ids(browser, path, **headers):
 
 
 def test_pages_follow_the_keyset_forwards_and_back(desk, alice, monkeypatch):
-    monkeypatch.setattr(selectors, "PAGE_SIZE", 5)
+    monkeypatch.setattr(queue, "PAGE_SIZE", 5)
     rows = [e.pk for e in bulk_escalations(desk, 12)]
     browser = signed_in(alice)
     first, links = page_ids(browser, "/escalations/?agent=coder")
@@ -300,11 +300,11 @@ def test_pages_follow_the_keyset_forwards_and_back(desk, alice, monkeypatch):
 def test_a_waiting_page_is_read_in_the_order_of_an_index_not_sorted(desk, sort):
     """With sorting priced out of the plan, no page of the waiting queue needs one."""
     rows = bulk_escalations(desk, 12)
-    middle = selectors.Cursor(rows[5].opened_at, rows[5].pk)
+    middle = queue.Cursor(rows[5].opened_at, rows[5].pk)
     for place in ({}, {"after": middle}, {"before": middle}):
-        query = selectors.QueueQuery(sort=sort, agent="coder", **place)
+        query = queue.QueueQuery(sort=sort, agent="coder", **place)
         with CaptureQueriesContext(connection) as seen:
-            selectors.escalation_queue(fleet_ids=[desk.fleet.pk], query=query, now=timezone.now())
+            queue.escalation_queue(fleet_ids=[desk.fleet.pk], query=query, now=timezone.now())
         [statement] = [q["sql"] for q in seen.captured_queries if "ORDER BY" in q["sql"]]
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_sort = off")
@@ -327,7 +327,7 @@ def walk(node):
 def test_polling_keeps_the_reviewers_place_when_escalations_come_and_go(
     desk, alice, bob, monkeypatch
 ):
-    monkeypatch.setattr(selectors, "PAGE_SIZE", 5)
+    monkeypatch.setattr(queue, "PAGE_SIZE", 5)
     rows = bulk_escalations(desk, 12)
     browser = signed_in(alice)
     _, links = page_ids(browser, "/escalations/")

@@ -15,14 +15,15 @@ from django.utils import timezone
 from ninja.responses import NinjaJSONEncoder
 
 import fleet.api  # noqa: F401 - first: it imports the routes' modules, which import it
-from escalations import api as escalations_api
 from escalations import services as desk
 from escalations.models import Escalation
+from escalations.selectors.runs import run_detail
 from fleet import demo, services
+from fleet.api import escalations as escalations_api
+from fleet.api import runs as runs_api
 from fleet.models import ApiToken, Fleet
 from fleet.stories import all_green, hung_test_run
-from runs import api as runs_api
-from runs import context, selectors
+from runs import context
 from runs.models import Run, Task
 
 
@@ -46,7 +47,7 @@ def assert_every_response_is_the_raw_output(client: Any, fleet: Fleet, token: st
         assert response.content == encoded(raw), path
 
     for run in Run.objects.filter(fleet=fleet).select_related("fleet"):
-        same(f"/runs/{run.key}", selectors.run_detail(run))
+        same(f"/runs/{run.key}", run_detail(run))
         same(f"/runs/{run.key}/frontier", runs_api.run_frontier(request, run.key))
         for task in Task.objects.filter(run=run).select_related("run", "agent"):
             same(f"/runs/{run.key}/tasks/{task.key}/context", context.next_attempt(task))
@@ -70,7 +71,7 @@ def test_every_response_is_byte_for_byte_what_the_handlers_return(
     monkeypatch.setattr(timezone, "now", lambda: now)
 
     # The data is as rich as the contract: nothing the schemas describe goes unexercised.
-    details = [selectors.run_detail(run) for run in Run.objects.filter(fleet=fleet)]
+    details = [run_detail(run) for run in Run.objects.filter(fleet=fleet)]
     claims = [c for d in details for c in d["claims"]]
     decisions = [x for d in details for x in d["decisions"]]
     assert any(c["blast_radius"] and c["blast_radius"]["tasks"] for c in claims)

@@ -256,7 +256,7 @@ def test_the_demos_live_stories_happened_just_now(settings, tmp_path):
     """Their events' times and the server's own (checks, decisions) tell one consistent story."""
     from django.utils import timezone
 
-    from escalations import selectors
+    from escalations.selectors.radius import radii_for
     from runs.models import Claim
 
     settings.VAR_DIR = tmp_path
@@ -265,7 +265,7 @@ def test_the_demos_live_stories_happened_just_now(settings, tmp_path):
 
     replay = Run.objects.get(key="tier-discounts-replay")
     assert before - timedelta(minutes=15) < replay.started_at < before
-    radius = selectors.radii_for(replay)
+    radius = radii_for(replay)
     assert radius["plan.tier-source"]["minutes"] == 2.0
     assert radius["plan.tier-table"]["minutes"] < 10
     # What Bulkhead did in response is stamped in story order: the reframe came before the

@@ -98,9 +98,9 @@ def test_a_run_of_another_fleet_is_not_found(desk):
 
 
 def test_the_runs_list_pages_back_in_time(desk, browser, monkeypatch):
-    from runs import views
+    from escalations.views import runs
 
-    monkeypatch.setattr(views, "RUNS_PER_PAGE", 1)
+    monkeypatch.setattr(runs, "RUNS_PER_PAGE", 1)
     desk.run("second", tasks=[{"key": "x", "agent": "coder"}])
     Run.objects.filter(key="second").update(
         started_at=Run.objects.get(key="tier-discounts").started_at.replace(year=2025)

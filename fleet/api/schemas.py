@@ -1,4 +1,5 @@
-"""Response schemas of the runs API: what runs.selectors and runs.context return, field for field.
+"""The API's response schemas, field for field what its routes return (runs.selectors,
+runs.context, the escalation route), and the error body every operation answers with.
 
 Ninja filters a handler's output through its schema: a field missing here vanishes from the JSON.
 """
@@ -9,7 +10,26 @@ from typing import Any
 from django.db.models import TextChoices
 from ninja import Field, Schema
 
+from escalations.models import Escalation
 from runs.models import Claim, Decision, Run, Task
+
+# Schemas: the error body every operation answers with.
+
+
+class ErrorItem(Schema):
+    loc: str = Field(description="authorization (401), path (404), or a parameter (422).")
+    msg: str
+
+
+class Errors(Schema):
+    """An error: 401 without a valid bearer token (or session), 404 for what is not visible,
+    422 for a malformed parameter."""
+
+    errors: list[ErrorItem]
+
+
+# An operation's documented errors, beside its 200: `response={200: Out, **ERRORS}`.
+ERRORS: dict[int, type[Schema]] = {401: Errors, 404: Errors}
 
 
 def one_of(choices: type[TextChoices], description: str | None = None) -> Any:
@@ -137,3 +157,26 @@ class ContextOut(Schema):
     )
     scope: str | None
     not_before: datetime | None
+
+
+class AnswerOut(Schema):
+    """The reviewer's answer to the packet's question."""
+
+    text: str
+    by: str = Field(description="The reviewer's username.")
+    at: datetime
+
+
+class EscalationOut(Schema):
+    """An escalation with its failure packet and, once answered, the answer."""
+
+    id: int
+    run: str
+    task: str
+    status: str = one_of(Escalation.Status)
+    reason: str = Field(description="Why the work was escalated.")
+    opened_at: datetime
+    question: str | None = Field(description="The packet's smallest unblocking question.")
+    packet: dict[str, Any] | None = Field(description="The failure packet as the agent sent it.")
+    claimed_by: str | None = Field(description="The username of the reviewer who claimed it.")
+    answer: AnswerOut | None

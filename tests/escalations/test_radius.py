@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from escalations.selectors import handoffs_for, handoffs_for_fleet, radii_for
+from escalations.selectors.radius import handoffs_for, handoffs_for_fleet, radii_for
 from fleet import services
 from runs.models import Run
 from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase

@@ -6,9 +6,10 @@ from django.http import HttpRequest
 from ninja import Router
 from ninja.errors import HttpError
 
-from fleet.api import ERRORS, fleet_ids
-from runs import context, scheduler, selectors
-from runs.api_schemas import ContextOut, FrontierOut, RunOut
+from escalations.selectors import runs as selectors
+from fleet.api.access import fleet_ids
+from fleet.api.schemas import ERRORS, ContextOut, FrontierOut, RunOut
+from runs import context, scheduler
 from runs.models import Run, Task
 
 router = Router(tags=["runs"])

@@ -1,42 +1,16 @@
 """API routes of the desk: one escalation."""
 
-from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Router
 from ninja.errors import HttpError
 
 from escalations.models import Escalation
-from fleet.api import ERRORS, Errors, fleet_ids
-from runs.api_schemas import one_of
+from fleet.api.access import fleet_ids
+from fleet.api.schemas import ERRORS, Errors, EscalationOut
 
 router = Router(tags=["escalations"])
-
-# Schemas: what the route returns, field for field (a field missing here would vanish).
-
-
-class AnswerOut(Schema):
-    """The reviewer's answer to the packet's question."""
-
-    text: str
-    by: str = Field(description="The reviewer's username.")
-    at: datetime
-
-
-class EscalationOut(Schema):
-    """An escalation with its failure packet and, once answered, the answer."""
-
-    id: int
-    run: str
-    task: str
-    status: str = one_of(Escalation.Status)
-    reason: str = Field(description="Why the work was escalated.")
-    opened_at: datetime
-    question: str | None = Field(description="The packet's smallest unblocking question.")
-    packet: dict[str, Any] | None = Field(description="The failure packet as the agent sent it.")
-    claimed_by: str | None = Field(description="The username of the reviewer who claimed it.")
-    answer: AnswerOut | None
 
 
 @router.get(

@@ -1,4 +1,4 @@
-"""Pages of the work: the runs of a person's fleets, and one run with its graph and its story."""
+"""The run pages: the runs of a person's fleets, and one run with its graph and its story."""
 
 from collections import Counter
 from datetime import datetime
@@ -12,12 +12,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from escalations.models import Escalation
-from escalations.selectors import member_fleet_ids, reviews
+from escalations.selectors.runs import run_detail, runs_of
 from escalations.services import claim_check_by_hand, task_release_stop
+from fleet.access import reviews
 from fleet.errors import Refusal
 from fleet.models import Delivery
-from runs import selectors
 from runs.models import Claim, Run, Task
+from runs.selectors import CHECKPOINT_ROWS, checkpoint_rows
 from runs.task_state import STOP
 
 STATE_ORDER = ("ready", "pending", "running", "escalated", "failed", "succeeded", "cancelled")
@@ -28,7 +29,7 @@ GRAPH_LIMIT = 500  # beyond this many tasks a drawing stops helping; the table s
 @login_required
 @require_GET
 def runs(request: HttpRequest) -> HttpResponse:
-    found = selectors.runs_visible(member_fleet_ids(request.user))
+    found = runs_of(request.user)
     before = request.GET.get("before", "")
     at, _, pk = before.rpartition("_")
     try:
@@ -51,7 +52,9 @@ def runs(request: HttpRequest) -> HttpResponse:
     more = len(rows) > RUNS_PER_PAGE
     rows = rows[:RUNS_PER_PAGE]
     older = f"{rows[-1].started_at.isoformat()}_{rows[-1].pk}" if more and rows else ""
-    return render(request, "runs/runs.html", {"rows": rows, "older": older, "paged": bool(before)})
+    return render(
+        request, "escalations/runs.html", {"rows": rows, "older": older, "paged": bool(before)}
+    )
 
 
 def graph_of(tasks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -93,13 +96,13 @@ def run(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def run_for(request: HttpRequest, run_id: int) -> Run:
     """The run if it belongs to one of the person's fleets; 404 otherwise."""
-    return get_object_or_404(selectors.runs_visible(member_fleet_ids(request.user)), pk=run_id)
+    return get_object_or_404(runs_of(request.user), pk=run_id)
 
 
 def run_page(
     request: HttpRequest, found: Run, *, refused: dict[str, Any] | None = None
 ) -> HttpResponse:
-    detail = selectors.run_detail(found)
+    detail = run_detail(found)
     can_act = reviews(request.user, found.fleet_id)
     # The rows' ids, for the reviewer's actions on them (a claim's verdict, a task's release).
     claim_ids = dict(Claim.objects.filter(run=found).values_list("key", "pk"))
@@ -132,7 +135,7 @@ def run_page(
     )
     return render(
         request,
-        "runs/run.html",
+        "escalations/run.html",
         {
             "run": found,
             "detail": detail,
@@ -140,8 +143,8 @@ def run_page(
             "graph": graph_of(detail["tasks"]),
             "graph_limit": GRAPH_LIMIT,
             "deliveries": deliveries,
-            "checkpoint": selectors.checkpoint_rows(found),
-            "checkpoint_limit": selectors.CHECKPOINT_ROWS,
+            "checkpoint": checkpoint_rows(found),
+            "checkpoint_limit": CHECKPOINT_ROWS,
             "escalations": escalations,
             "open_states": Escalation.OPEN_STATES,
             "can_act": can_act,

@@ -1,0 +1,206 @@
+"""The packet page's reads: the question, its claims' radius, what an answer releases, history."""
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from escalations.models import Answer, Escalation, FailurePacket
+from escalations.selectors.radius import radii_for
+from fleet.models import Agent, Delivery
+from runs import frontier, scheduler
+from runs.models import Artifact, Claim, ClaimUse, Decision, Evidence, Run, Task
+from runs.release import released_by
+
+
+def claims_of_task(task: Task) -> list[Claim]:
+    """The claims a task posted, and those it consumed or declared it would."""
+    used = ClaimUse.objects.filter(task=task).values_list("claim_id", flat=True)
+    return list(
+        Claim.objects.filter(
+            Q(task=task) | Q(run_id=task.run_id, key__in=list(task.consumes)) | Q(pk__in=used)
+        )
+        .select_related("task")
+        .prefetch_related("evidence")
+        .order_by("posted_at", "id")
+    )
+
+
+def release_preview(escalation: Escalation) -> list[str]:
+    """The tasks an answer would release now (what `escalation_answer` will compute)."""
+    run = escalation.run
+    nodes = scheduler.nodes_for(run)
+    world = scheduler.world_for(run)
+    key = escalation.task.key
+    if key not in nodes:
+        return []
+    nodes[key] = replace(nodes[key], state="pending")
+    others = tuple(e for e in world.escalations.get(key, ()) if e != str(escalation.pk))
+    escalations = {k: v for k, v in world.escalations.items() if k != key}
+    if others:
+        escalations[key] = others
+    # The answer takes the place of the task's refuted load-bearing claims (supersede_refuted).
+    claims = dict(world.claims)
+    for claim in Claim.objects.filter(
+        task=escalation.task, status=Claim.Status.REFUTED, load_bearing=True
+    ).values_list("key", flat=True):
+        claims[claim] = frontier.ClaimView(status=Claim.Status.VERIFIED, load_bearing=True)
+    return released_by(nodes, replace(world, escalations=escalations, claims=claims), key)
+
+
+def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
+    """Everything the packet page shows, the question first."""
+    task = escalation.task
+    run = escalation.run
+    content = escalation.packet.content if escalation.packet else {}
+    if not isinstance(content, dict):
+        content = {}
+    claims = claims_of_task(task)
+    radii = radii_for(run, now=now) if claims else {}
+    claim_rows = [claim_view(c, radii.get(c.key)) for c in claims]
+    answer = Answer.objects.filter(escalation=escalation).select_related("reviewer").first()
+    is_open = escalation.status in Escalation.OPEN_STATES
+    if is_open and run.state == Run.State.RUNNING:
+        release = release_preview(escalation)
+    else:
+        release = list(answer.released) if answer else []
+    agents = dict(Task.objects.filter(run=run, key__in=release).values_list("key", "agent__name"))
+    return {
+        "question": content.get("smallest_unblocking_question") or "",
+        "tried": [str(t) for t in content.get("tried") or []],
+        "ruled_out": [r for r in content.get("ruled_out") or [] if isinstance(r, dict)],
+        "evidence": [e for e in content.get("evidence") or [] if isinstance(e, dict)],
+        "options": [str(o) for o in content.get("options") or []],
+        "claims": claim_rows,
+        "release": [{"key": k, "agent": agents.get(k, "")} for k in release],
+        "blast": blast_of(run, claim_rows),
+        "answer": answer,
+        "history": history_of(escalation),
+        "reroute_to": list(
+            Agent.objects.filter(fleet_id=run.fleet_id)
+            .exclude(pk=task.agent_id)
+            .order_by("name")
+            .values("name", "role", "is_tool")
+        ),
+        "is_open": is_open,
+    }
+
+
+def blast_of(run: Run, claim_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far the packet's claims reach: the tasks, their agents and artifacts, and the longest
+    any of them stayed unchecked."""
+    affected = sorted({k for c in claim_rows if c["radius"] for k in c["radius"]["tasks"]})
+    return {
+        "tasks": affected,
+        "agents": len(
+            set(Task.objects.filter(run=run, key__in=affected).values_list("agent_id", flat=True))
+        ),
+        "artifacts": Artifact.objects.filter(task__run=run, task__key__in=affected).count(),
+        "minutes": max((c["radius"]["minutes"] for c in claim_rows if c["radius"]), default=0),
+    }
+
+
+def claim_view(claim: Claim, radius: dict[str, Any] | None) -> dict[str, Any]:
+    evidence = list(claim.evidence.all())
+    posted = [e for e in evidence if e.role == Evidence.Role.POSTED]
+    checkable = [e for e in posted if not e.source.lower().lstrip().startswith("agent:")]
+    return {
+        "id": claim.pk,
+        "key": claim.key,
+        "statement": claim.statement,
+        "status": claim.status,
+        "reason": claim.status_reason,
+        "load_bearing": claim.load_bearing,
+        "producer": claim.task.key,
+        "pending": claim.verification_pending,
+        "checked_by": claim.checked_by,
+        "evidence": evidence,
+        "can_recheck": claim.status == Claim.Status.UNVERIFIED and bool(checkable),
+        "radius": radius,
+    }
+
+
+def history_of(escalation: Escalation) -> list[dict[str, Any]]:
+    """The task's story, oldest first: attempts, decisions, packets, escalations, deliveries."""
+    task = escalation.task
+    items = [
+        *attempt_history(task),
+        *(
+            {"at": d.created_at, "what": f"decision: {d.action}", "detail": d.reason}
+            for d in Decision.objects.filter(task=task).order_by("created_at", "id")
+        ),
+        *(
+            {
+                "at": p.submitted_at,
+                "what": f"packet from {p.agent.name}",
+                "detail": p.smallest_unblocking_question,
+            }
+            for p in FailurePacket.objects.filter(task=task).select_related("agent")
+        ),
+        *escalation_history(task),
+        *delivery_history(escalation),
+    ]
+    return sorted(items, key=lambda item: item["at"])
+
+
+def attempt_history(task: Task) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for a in task.attempts.select_related("agent").order_by("number"):
+        items.append(
+            {
+                "at": a.started_at,
+                "what": f"attempt {a.number} started",
+                "detail": f"{a.agent.name}, prompt {a.prompt_hash}, context {a.context_hash}",
+            }
+        )
+        if a.finished_at and a.outcome:
+            failure = " ".join(
+                x for x in (a.failure_kind, a.failure_signature, a.failure_message) if x
+            )
+            items.append(
+                {
+                    "at": a.finished_at,
+                    "what": f"attempt {a.number} {a.outcome}",
+                    "detail": failure,
+                }
+            )
+    return items
+
+
+def escalation_history(task: Task) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for e in (
+        Escalation.objects.filter(task=task).select_related("claimed_by", "answer").order_by("id")
+    ):
+        items.append({"at": e.opened_at, "what": f"escalation {e.pk} opened", "detail": e.reason})
+        if e.status not in Escalation.OPEN_STATES and e.acted_at:
+            who = e.claimed_by.get_username() if e.claimed_by else "someone"
+            answer = getattr(e, "answer", None)
+            # How it ended: the answer, or the note a return, reroute or abort left.
+            detail = answer.text if answer else e.returned_reason.replace("\n", "; ")
+            items.append(
+                {
+                    "at": e.acted_at,
+                    "what": f"escalation {e.pk} {e.status} by {who}",
+                    "detail": detail,
+                }
+            )
+    return items
+
+
+def delivery_history(escalation: Escalation) -> list[dict[str, Any]]:
+    """What was sent to the fleet about the task, its first 50 notifications."""
+    return [
+        {
+            "at": delivery.created_at,
+            "what": f"sent {delivery.type}",
+            "detail": f"{delivery.status}"
+            + (f" after {delivery.attempts} tries" if delivery.attempts > 1 else ""),
+        }
+        for delivery in Delivery.objects.filter(
+            fleet_id=escalation.fleet_id,
+            payload__data__run=escalation.run.key,
+            payload__data__task=escalation.task.key,
+        ).order_by("created_at", "id")[:50]
+    ]

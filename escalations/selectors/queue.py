@@ -1,0 +1,240 @@
+"""The escalation queue: its filters and sorts in the URL, keyset pages and one row."""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from escalations.models import Escalation
+from fleet.access import member_fleets
+from fleet.models import Agent, Capability, Fleet
+
+PAGE_SIZE = 50
+COUNT_CAP = 1000  # "1,000+ waiting": counting past it costs more than it tells a reviewer
+QUEUE_STATUSES = {
+    "waiting": "Waiting (open or claimed)",
+    "open": "Open (nobody on it)",
+    "claimed": "Claimed",
+    "answered": "Answered",
+    "returned": "Returned",
+    "closed": "Closed",
+    "all": "All",
+}
+SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A position in the queue: the opened_at and id of the row next to it (keyset pagination)."""
+
+    opened_at: datetime
+    id: int
+
+    def __str__(self) -> str:
+        return f"{self.opened_at.isoformat()}_{self.id}"
+
+    @classmethod
+    def parse(cls, value: str) -> "Cursor | None":
+        at, _, pk = value.rpartition("_")
+        try:
+            opened_at = datetime.fromisoformat(at)
+            number = int(pk)
+        except ValueError:
+            return None
+        if opened_at.tzinfo is None:
+            return None
+        return cls(opened_at, number)
+
+
+@dataclass(frozen=True)
+class QueueQuery:
+    """The queue's filters, sort and place, as they are kept in the URL."""
+
+    status: str = "waiting"
+    fleet: str = ""
+    agent: str = ""
+    capability: str = ""
+    sort: str = "oldest"
+    after: Cursor | None = None
+    before: Cursor | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> "QueueQuery":
+        """Unknown values fall back to the defaults: a stale link still opens the queue."""
+        status = params.get("status", "waiting")
+        sort = params.get("sort", "oldest")
+        after = Cursor.parse(params.get("after", ""))
+        return cls(
+            status=status if status in QUEUE_STATUSES else "waiting",
+            fleet=params.get("fleet", "").strip()[:100],
+            agent=params.get("agent", "").strip()[:100],
+            capability=params.get("capability", "").strip()[:100],
+            sort=sort if sort in SORTS else "oldest",
+            after=after,
+            before=None if after else Cursor.parse(params.get("before", "")),
+        )
+
+    def params(self, *, place: bool = True, **changes: Any) -> str:
+        """The query string for this view of the queue (defaults left out)."""
+        query = replace(self, **changes)
+        values = {
+            "status": "" if query.status == "waiting" else query.status,
+            "fleet": query.fleet,
+            "agent": query.agent,
+            "capability": query.capability,
+            "sort": "" if query.sort == "oldest" else query.sort,
+        }
+        if place:
+            values["after"] = str(query.after) if query.after else ""
+            values["before"] = str(query.before) if query.before else ""
+        return urlencode({k: v for k, v in values.items() if v})
+
+
+@dataclass
+class QueuePage:
+    rows: list[dict[str, Any]]
+    waiting: int  # matching the filters, capped at COUNT_CAP + 1
+    next: Cursor | None
+    previous: Cursor | None
+
+    @property
+    def waiting_label(self) -> str:
+        return f"{COUNT_CAP:,}+" if self.waiting > COUNT_CAP else f"{self.waiting:,}"
+
+
+QUEUE_COLUMNS = (
+    "id",
+    "status",
+    "opened_at",
+    "claim_expires_at",
+    "claimed_by__username",
+    "reason",
+    "attempt_number",
+    "task__key",
+    "task__title",
+    "task__agent__name",
+    "run_id",
+    "run__key",
+    "fleet_id",
+    "fleet__name",
+    "packet__smallest_unblocking_question",
+)
+
+
+def visible_escalations(user: Any) -> QuerySet[Escalation]:
+    """Escalations of the fleets the person is a member of: nobody sees another fleet's."""
+    return Escalation.objects.filter(fleet__in=member_fleets(user))
+
+
+def filtered_escalations(
+    *, fleet_ids: Sequence[int], query: QueueQuery, now: datetime
+) -> QuerySet[Escalation]:
+    found = Escalation.objects.filter(fleet_id__in=list(fleet_ids))
+    if query.status == "waiting":
+        found = found.filter(status__in=Escalation.OPEN_STATES)
+    elif query.status == "open":
+        # A claim that has expired is open again, whatever the row still says.
+        found = found.filter(
+            Q(status=Escalation.Status.OPEN)
+            | Q(status=Escalation.Status.CLAIMED, claim_expires_at__lte=now)
+        )
+    elif query.status == "claimed":
+        found = found.filter(status=Escalation.Status.CLAIMED, claim_expires_at__gt=now)
+    elif query.status != "all":
+        found = found.filter(status=query.status)
+    if query.fleet:
+        found = found.filter(fleet__name=query.fleet)
+    if query.agent:
+        found = found.filter(task__agent__name=query.agent)
+    if query.capability:
+        if connection.vendor == "postgresql":
+            found = found.filter(task__capabilities__contains=[query.capability])
+        else:  # SQLite has no JSON containment: match the quoted name in the stored list
+            found = found.filter(task__capabilities__icontains=json.dumps(query.capability))
+    return found
+
+
+def escalation_queue(
+    *, fleet_ids: Sequence[int], query: QueueQuery, now: datetime, limit: int = PAGE_SIZE
+) -> QueuePage:
+    """One page of the queue, oldest first by default, in two queries (rows and a capped count)."""
+    found = filtered_escalations(fleet_ids=fleet_ids, query=query, now=now)
+    newest = query.sort == "newest"
+    cursor = query.after or query.before
+    backwards = query.before is not None
+    if cursor is not None:
+        later = newest == backwards  # walking towards later rows
+        # The bound on opened_at alone says nothing new; it is where the index scan starts,
+        # rather than at the queue's first row.
+        if later:
+            bound = Q(opened_at__gte=cursor.opened_at)
+            place = Q(opened_at__gt=cursor.opened_at) | Q(
+                opened_at=cursor.opened_at, id__gt=cursor.id
+            )
+        else:
+            bound = Q(opened_at__lte=cursor.opened_at)
+            place = Q(opened_at__lt=cursor.opened_at) | Q(
+                opened_at=cursor.opened_at, id__lt=cursor.id
+            )
+        page = found.filter(bound, place)
+    else:
+        page = found
+    ascending = newest == backwards
+    order = ("opened_at", "id") if ascending else ("-opened_at", "-id")
+    rows = list(page.order_by(*order).values(*QUEUE_COLUMNS)[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if backwards:
+        rows.reverse()
+    for row in rows:
+        shown(row, now)
+    first = Cursor(rows[0]["opened_at"], rows[0]["id"]) if rows else None
+    last = Cursor(rows[-1]["opened_at"], rows[-1]["id"]) if rows else None
+    has_next = more if not backwards else True
+    has_previous = (more if backwards else cursor is not None) and bool(rows)
+    return QueuePage(
+        rows=rows,
+        waiting=found.values("id")[: COUNT_CAP + 1].count(),
+        next=last if has_next and rows else None,
+        previous=first if has_previous else None,
+    )
+
+
+def shown(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A queue row as a reviewer reads it: an expired claim is open again."""
+    claimed = row["status"] == Escalation.Status.CLAIMED and (
+        row["claim_expires_at"] is not None and row["claim_expires_at"] > now
+    )
+    row["claimed"] = claimed
+    if row["status"] == Escalation.Status.CLAIMED and not claimed:
+        row["status"] = Escalation.Status.OPEN
+    row["claimed_by"] = row["claimed_by__username"] if claimed else None
+    row["question"] = row["packet__smallest_unblocking_question"] or ""
+    row["age"] = now - row["opened_at"]
+    return row
+
+
+def queue_row(escalation_id: int, *, now: datetime) -> dict[str, Any] | None:
+    row = Escalation.objects.filter(pk=escalation_id).values(*QUEUE_COLUMNS).first()
+    return shown(row, now) if row else None
+
+
+def queue_choices(fleet_ids: Sequence[int]) -> dict[str, list[str]]:
+    """What the filters offer: the person's fleets, their agents and capabilities."""
+    ids = list(fleet_ids)
+    return {
+        "fleets": list(
+            Fleet.objects.filter(pk__in=ids).order_by("name").values_list("name", flat=True)
+        ),
+        "agents": sorted(
+            set(Agent.objects.filter(fleet_id__in=ids).values_list("name", flat=True))
+        ),
+        "capabilities": sorted(
+            set(Capability.objects.filter(fleet_id__in=ids).values_list("name", flat=True))
+        ),
+    }

@@ -1,0 +1,161 @@
+"""Blast radius and handoffs of runs, read from the database for the pure rule."""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count
+from django.utils import timezone
+
+from escalations import blast_radius as rule
+from runs.models import Claim, ClaimUse, Evidence, Prerequisite, Run, Task
+
+
+def claim_facts(
+    claims: Iterable[Claim], checkable: set[int], key: Any
+) -> dict[str, rule.ClaimFact]:
+    facts = {}
+    for claim in claims:
+        unverified = claim.status == Claim.Status.UNVERIFIED
+        facts[key(claim.run_id, claim.key)] = rule.ClaimFact(
+            key=key(claim.run_id, claim.key),
+            producer_task=key(claim.run_id, claim.task.key),
+            posted_at=claim.posted_at,
+            # A checked claim always has its time; an edited row without one counts from its post.
+            checked_at=None if unverified else (claim.checked_at or claim.posted_at),
+            status=claim.status,  # type: ignore[arg-type]
+            evidence_checkable=claim.pk in checkable,
+        )
+    return facts
+
+
+def checkable_claims(claims: Any) -> set[int]:
+    """Claims whose own evidence a verifier can re-run: posted, and not another agent's text."""
+    return set(
+        Evidence.objects.filter(claim__in=claims, role=Evidence.Role.POSTED)
+        .exclude(source__istartswith="agent:")
+        .values_list("claim_id", flat=True)
+    )
+
+
+def one_run(run_id: int, key: str) -> str:
+    return key  # within one run, a claim's or a task's key is its name
+
+
+def facts_for(
+    run: Run,
+) -> tuple[dict[str, rule.ClaimFact], dict[str, rule.TaskFact], list[rule.ClaimUse]]:
+    """The run's claims, tasks and claim uses as the pure rule's facts, in five queries."""
+    claims = (
+        Claim.objects.filter(run=run)
+        .select_related("task")
+        .only("pk", "run_id", "key", "task__key", "posted_at", "checked_at", "status")
+    )
+    claim_rows = list(claims)
+    facts = claim_facts(claim_rows, checkable_claims(Claim.objects.filter(run=run)), one_run)
+    edges: dict[int, list[str]] = {}
+    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
+        "task_id", "requires__key"
+    ):
+        edges.setdefault(task_id, []).append(key)
+    tasks = {
+        row["key"]: rule.TaskFact(
+            key=row["key"],
+            agent=row["agent__name"],
+            started_at=row["started_at"],
+            prerequisites=tuple(edges.get(row["pk"], ())),
+            artifacts=row["artifact_count"],
+        )
+        for row in Task.objects.filter(run=run)
+        .annotate(artifact_count=Count("artifacts"))
+        .values("pk", "key", "agent__name", "started_at", "artifact_count")
+    }
+    uses = [
+        rule.ClaimUse(claim=claim, task=task, at=at)
+        for claim, task, at in ClaimUse.objects.filter(claim__run=run).values_list(
+            "claim__key", "task__key", "at"
+        )
+    ]
+    return facts, tasks, uses
+
+
+def radii_for(run: Run, *, now: datetime | None = None) -> dict[str, dict[str, Any]]:
+    """Each claim's blast radius (DESIGN 9): agents, artifacts, minutes unchecked, tasks."""
+    claims, tasks, uses = facts_for(run)
+    radii = rule.blast_radii(claims=claims, tasks=tasks, uses=uses, now=now or timezone.now())
+    return {
+        key: {
+            "agents": radius.agents,
+            "artifacts": radius.artifacts,
+            "minutes": radius.minutes,
+            "tasks": list(radius.tasks),
+        }
+        for key, radius in radii.items()
+    }
+
+
+def handoffs_for(run: Run, *, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Per producer agent -> consumer agent of the run: claims handed over, checkable, refuted,
+    and the median minutes a claim crossing it stayed unchecked."""
+    claims, tasks, uses = facts_for(run)
+    return [
+        asdict(handoff)
+        for handoff in rule.handoffs(
+            claims=claims, tasks=tasks, uses=uses, now=now or timezone.now()
+        )
+    ]
+
+
+def handoffs_for_fleet(
+    fleet_ids: Sequence[int], *, since: datetime | None = None, now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """The handoffs of every run of the fleets (started since `since`), merged per fleet and
+    (producer, consumer). The median is over every claim that crossed, across runs. Rows carry
+    `fleet` (its name).
+    """
+    runs = Run.objects.filter(fleet_id__in=list(fleet_ids))
+    if since is not None:
+        runs = runs.filter(started_at__gte=since)
+    claims = Claim.objects.filter(run__in=runs)
+
+    def key(run_id: int, name: str) -> str:
+        return f"{run_id}:{name}"
+
+    facts = claim_facts(
+        claims.select_related("task").only(
+            "pk", "run_id", "key", "task__key", "posted_at", "checked_at", "status"
+        ),
+        checkable_claims(claims),
+        key,
+    )
+    uses: list[rule.ClaimUse] = []
+    task_ids = set(claims.values_list("task_id", flat=True))
+    for run_id, claim, task_id, task, at in ClaimUse.objects.filter(
+        claim__run__in=runs
+    ).values_list("claim__run_id", "claim__key", "task_id", "task__key", "at"):
+        uses.append(rule.ClaimUse(claim=key(run_id, claim), task=key(run_id, task), at=at))
+        task_ids.add(task_id)
+    # Only producers and consumers matter for handoffs; an agent is known by its id, then named.
+    tasks: dict[str, rule.TaskFact] = {}
+    agents: dict[str, tuple[str, str]] = {}
+    for run_id, task_key, agent_id, agent, fleet in Task.objects.filter(
+        pk__in=task_ids
+    ).values_list("run_id", "key", "agent_id", "agent__name", "run__fleet__name"):
+        name = key(run_id, task_key)
+        tasks[name] = rule.TaskFact(key=name, agent=str(agent_id), started_at=None)
+        agents[str(agent_id)] = (fleet, agent)
+    found = rule.handoffs(claims=facts, tasks=tasks, uses=uses, now=now or timezone.now())
+    rows = [
+        {
+            "fleet": agents[h.producer][0],
+            "producer": agents[h.producer][1],
+            "consumer": agents[h.consumer][1],
+            "claims": h.claims,
+            "checkable": h.checkable,
+            "refuted": h.refuted,
+            "median_unchecked_minutes": h.median_unchecked_minutes,
+        }
+        for h in found
+    ]
+    return sorted(rows, key=lambda r: (r["fleet"], r["producer"], r["consumer"]))

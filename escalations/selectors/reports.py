@@ -1,0 +1,140 @@
+"""The manager reports: blast radius per run, escalation health, same-context retries."""
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count
+
+from escalations import reports
+from escalations.models import Escalation
+from escalations.selectors.radius import radii_for
+from runs.models import Artifact, Attempt, Claim, Run, Task
+
+REPORT_RUNS = 200  # the latest runs in the window; the blast radius of each costs five queries
+
+
+def report_runs(
+    fleet_ids: Sequence[int], *, since: datetime | None, now: datetime
+) -> list[dict[str, Any]]:
+    """Blast radius per run, oldest first: the worst claim on each measure, and late disasters."""
+    runs = Run.objects.filter(fleet_id__in=list(fleet_ids)).select_related("fleet")
+    if since is not None:
+        runs = runs.filter(started_at__gte=since)
+    rows = []
+    for run in sorted(
+        runs.order_by("-started_at", "-id")[:REPORT_RUNS], key=lambda r: r.started_at
+    ):
+        statuses = dict(Claim.objects.filter(run=run).values_list("key", "status"))
+        radii = radii_for(run, now=now) if statuses else {}
+        refuted = Claim.objects.filter(run=run, status=Claim.Status.REFUTED).values_list(
+            "key", "checked_at"
+        )
+        made = list(Artifact.objects.filter(task__run=run).values_list("task__key", "created_at"))
+        late = [
+            key
+            for key, checked_at in refuted
+            if reports.is_late_disaster(
+                checked_at,
+                [at for task, at in made if task in set(radii.get(key, {}).get("tasks", ()))],
+            )
+        ]
+        rows.append(
+            {
+                "run": run,
+                "fleet": run.fleet.name,
+                **reports.run_summary(radii, statuses),
+                "late_disasters": late,
+            }
+        )
+    return rows
+
+
+def escalation_rows(fleet_ids: Sequence[int], *, since: datetime | None) -> list[dict[str, Any]]:
+    found = Escalation.objects.filter(fleet_id__in=list(fleet_ids))
+    if since is not None:
+        found = found.filter(opened_at__gte=since)
+    rows = []
+    for e in found.select_related("fleet", "run", "task", "answer").order_by("opened_at", "id"):
+        answer = getattr(e, "answer", None)
+        rows.append(
+            {
+                "id": e.pk,
+                "fleet": e.fleet.name,
+                "run": e.run.key,
+                "task": e.task.key,
+                "status": e.status,
+                "attempt": e.attempt_number,
+                "early": e.attempt_number <= reports.EARLY_ATTEMPTS,
+                "opened_at": e.opened_at,
+                "first_look_minutes": reports.minutes_between(e.opened_at, e.first_looked_at),
+                "answer_minutes": reports.minutes_between(
+                    e.opened_at, answer.answered_at if answer else None
+                ),
+                "packet_to_action_minutes": reports.minutes_between(e.packet_opened_at, e.acted_at),
+            }
+        )
+    return rows
+
+
+def retry_rows(fleet_ids: Sequence[int], *, since: datetime | None) -> list[dict[str, Any]]:
+    """Non-transient failures run again on the same prompt and context (should be none)."""
+    attempts = Attempt.objects.filter(task__run__fleet_id__in=list(fleet_ids))
+    if since is not None:
+        attempts = attempts.filter(task__run__started_at__gte=since)
+    facts = [
+        reports.AttemptFact(
+            task=f"{run}/{task}",
+            number=number,
+            prompt_hash=prompt,
+            context_hash=context,
+            failure_kind=kind,
+        )
+        for run, task, number, prompt, context, kind in attempts.values_list(
+            "task__run__key", "task__key", "number", "prompt_hash", "context_hash", "failure_kind"
+        )
+    ]
+    return [
+        {
+            "task": before.task,
+            "failed_attempt": before.number,
+            "failure": before.failure_kind,
+            "repeat": after.number,
+            "prompt_hash": after.prompt_hash,
+            "context_hash": after.context_hash,
+        }
+        for before, after in reports.same_context_retries(facts)
+    ]
+
+
+def escalation_health(
+    fleet_ids: Sequence[int], *, since: datetime | None, runs: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Time to first look, to answer, from opening a packet to acting; early escalations against
+    late disasters; escalated kept apart from failed."""
+    rows = escalation_rows(fleet_ids, since=since)
+    tasks = Task.objects.filter(run__fleet_id__in=list(fleet_ids))
+    if since is not None:
+        tasks = tasks.filter(run__started_at__gte=since)
+    states = dict(tasks.values_list("state").annotate(n=Count("id")).order_by())
+    return {
+        "rows": rows,
+        "first_look": reports.stats(r["first_look_minutes"] for r in rows),
+        "answer": reports.stats(r["answer_minutes"] for r in rows),
+        "packet_to_action": reports.stats(r["packet_to_action_minutes"] for r in rows),
+        "never_looked_at": sum(
+            1
+            for r in rows
+            if r["first_look_minutes"] is None and r["status"] in Escalation.OPEN_STATES
+        ),
+        "early": sum(1 for r in rows if r["early"]),
+        "late_disasters": sum(len(r["late_disasters"]) for r in runs),
+        "escalations": len(rows),
+        "escalated_tasks": len({(r["run"], r["task"]) for r in rows}),
+        "failed_tasks": states.get(Task.State.FAILED, 0),
+        "cancelled_tasks": states.get(Task.State.CANCELLED, 0),
+        "by_status": {
+            status: sum(1 for r in rows if r["status"] == status)
+            for status in Escalation.Status.values
+        },
+    }

@@ -1,0 +1,61 @@
+"""The capabilities board: what each capability defers, and a manager taking one down or up."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from escalations.selectors.capabilities import capability_board
+from fleet.access import manages, member_fleets
+from fleet.models import Capability
+from runs.capabilities import capability_change
+
+
+@login_required
+@require_GET
+def capabilities(request: HttpRequest) -> HttpResponse:
+    rows = capability_board(request.user)
+    # While the worker re-evaluates the work, the board polls itself until the counts are true.
+    settling = any(row["settling"] for row in rows)
+    return render(request, "escalations/capabilities.html", {"rows": rows, "settling": settling})
+
+
+@login_required
+@require_POST
+def capability_set(request: HttpRequest, capability_id: int) -> HttpResponse:
+    capability = get_object_or_404(
+        Capability.objects.select_related("fleet"),
+        pk=capability_id,
+        fleet__in=member_fleets(request.user),
+    )
+    if not manages(request.user, capability.fleet_id):
+        return HttpResponseForbidden("Only a manager of this fleet can change its capabilities.")
+    status = request.POST.get("status", "")
+    reason = request.POST.get("reason", "").strip()
+    errors = []
+    if status not in Capability.Status.values:
+        errors.append("Choose up or down.")
+    if not reason:
+        errors.append("Say why: the reason is shown to everyone whose work it defers.")
+    if len(reason) > 500:
+        errors.append("Keep the reason under 500 characters.")
+    if errors:
+        rows = capability_board(request.user)
+        context = {"rows": rows, "errors": errors, "failed": capability.pk, "reason": reason}
+        context["settling"] = any(row["settling"] for row in rows)
+        return render(request, "escalations/capabilities.html", context, status=422)
+    with transaction.atomic():
+        capability_change(
+            fleet=capability.fleet,
+            name=capability.name,
+            status=status,
+            reason=reason,
+            role=None,
+            by=f"manager:{request.user.get_username()}",
+            at=timezone.now(),
+        )
+    messages.success(request, f"{capability.name} is now {status}.")
+    return redirect("capabilities")

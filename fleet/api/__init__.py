@@ -1,0 +1,48 @@
+"""The bearer-token read API for agents (and signed-in members), with its OpenAPI document."""
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import django_auth
+
+from fleet.api import escalations, runs
+from fleet.api.access import AgentToken
+from fleet.errors import error, errors_body
+
+api = NinjaAPI(
+    title="Bulkhead",
+    version="1",
+    description="Read API for agents: runs, frontiers, next-attempt context, escalations.",
+    auth=[AgentToken(), django_auth],
+    urls_namespace="api",
+    docs_url="/docs",
+)
+
+
+def problem(request: HttpRequest, status: int, loc: str, msg: str) -> HttpResponse:
+    return api.create_response(request, errors_body([error(loc, msg)]), status=status)
+
+
+@api.exception_handler(AuthenticationError)
+def unauthenticated(request: HttpRequest, exc: Exception) -> HttpResponse:
+    response = problem(request, 401, "authorization", "a valid bearer token is required")
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return problem(request, exc.status_code, "path", str(exc))
+
+
+@api.exception_handler(ValidationError)
+def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = [
+        {"loc": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg", "")}
+        for e in exc.errors
+    ]
+    return api.create_response(request, errors_body(errors), status=422)
+
+
+api.add_router("/", runs.router)
+api.add_router("/", escalations.router)
