@@ -4,7 +4,6 @@ import pytest
 from django.test import TestCase
 
 from escalations import services as desk
-from fleet.models import ApiToken
 from runs.models import Run, Task
 from tests.conftest import task
 from tests.escalations.desk import member, packet
@@ -12,11 +11,6 @@ from tests.escalations.desk import member, packet
 pytestmark = pytest.mark.django_db
 
 ATTEMPT = {"prompt_hash": "p", "context_hash": "c"}
-
-
-@pytest.fixture
-def token(planner) -> str:
-    return ApiToken.issue(planner.agent)[1]
 
 
 def read(client, path: str, token: str) -> dict:
