@@ -1,19 +1,25 @@
-"""Shared fixtures: a fleet with agents, a signed-webhook client, the real worker, service checks."""
+"""Shared fixtures: a fleet with agents, a signed-webhook client, the desk and its reviewers, a
+callback receiver, the real worker and waits on what it does, service checks."""
 
+import inspect
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import TestCase
+from django.test import Client, TestCase
+from standardwebhooks.webhooks import Webhook
 
 from fleet import services, signing
 from fleet.celery import app as celery_app
-from fleet.models import Agent, Fleet
+from fleet.models import Agent, ApiToken, Fleet
 
 REQUIRE_SERVICES = os.environ.get("BULKHEAD_REQUIRE_SERVICES", "") == "1"
 
@@ -55,6 +61,11 @@ def clear_cache() -> Iterator[None]:
     yield
 
 
+def wsgi_headers(headers: dict[str, str]) -> dict[str, str]:
+    """HTTP headers as the test client takes them: webhook-id as HTTP_WEBHOOK_ID."""
+    return {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+
+
 class Sender:
     """An agent that signs and posts events to the webhook, as a real agent would."""
 
@@ -89,7 +100,7 @@ class Sender:
     def post_raw(
         self, body: bytes, headers: dict[str, str], content_type: str = "application/json"
     ) -> Any:
-        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+        extra = wsgi_headers(headers)
         # In a test transaction nothing commits: run the after-commit work as a commit would.
         with TestCase.captureOnCommitCallbacks(execute=True):
             return self.client.generic("POST", self.path, body, content_type=content_type, **extra)
@@ -128,6 +139,188 @@ def coder(client: Any, fleet: Fleet) -> Sender:
 
 def task(key: str, agent: str = "coder", **fields: Any) -> dict[str, Any]:
     return {"key": key, "agent": agent, "prerequisites": [], "capabilities": [], **fields}
+
+
+@pytest.fixture
+def token(planner: Sender) -> str:
+    """The planner's API token, for the read API."""
+    return ApiToken.issue(planner.agent)[1]
+
+
+def committed(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run `call` and its after-commit callbacks, as a committed transaction would."""
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return call(*args, **kwargs)
+
+
+# The desk: tests/escalations/desk.py builds on Sender above, so it is imported where it is used.
+
+REFUSED_CALLBACK = "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves the machine
+
+
+@pytest.fixture
+def desk_callback_url() -> str:
+    """The desk fleet's callback: none, unless a module overrides this fixture."""
+    return ""
+
+
+@pytest.fixture
+def desk(client: Any, fleet: Fleet, desk_callback_url: str) -> Any:
+    """The desk's fleet (an orchestrator and two coders) with its tier-discounts run declared."""
+    from tests.escalations.desk import Desk
+
+    if desk_callback_url:
+        fleet.callback_url = desk_callback_url
+        fleet.save()
+    desk = Desk(client, fleet)
+    desk.run()
+    return desk
+
+
+@pytest.fixture
+def alice(fleet: Fleet) -> Any:
+    """A reviewer of acme."""
+    from tests.escalations.desk import member
+
+    return member("alice", fleet)
+
+
+def signed_in(user: Any) -> Client:
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+@pytest.fixture
+def browser(alice: Any) -> Client:
+    """Alice's browser, signed in."""
+    return signed_in(alice)
+
+
+# A fleet's callback on loopback, for the notifications a fleet is sent.
+
+HANG = "hang"
+
+
+@dataclass
+class Received:
+    webhook_id: str
+    type: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    signed: bool  # the signature verified with the fleet's secret
+    peer: int = 0  # the sender's port: one per connection
+
+
+class Receiver:
+    """A fleet's callback: verifies each signature and answers from a script (then 200).
+
+    A script entry is a status, (status, headers), or HANG: hold the request until released.
+    `stop()` closes the port (the receiver is down: connections are refused); `start()` opens
+    the same port again. With `keep_alive` it speaks HTTP/1.1 and keeps connections open.
+    """
+
+    def __init__(self, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
+        self.secret = ""
+        self.received: list[Received] = []
+        self.script: list[Any] = []
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.port = 0
+        self.server: ThreadingHTTPServer | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/bulkhead"
+
+    def start(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                try:
+                    Webhook(receiver.secret).verify(body, headers)
+                    signed = True
+                except Exception:
+                    signed = False
+                data = json.loads(body)
+                with receiver.lock:
+                    receiver.received.append(
+                        Received(
+                            headers.get("webhook-id", ""),
+                            data["type"],
+                            data,
+                            headers,
+                            signed,
+                            self.client_address[1],
+                        )
+                    )
+                    step = receiver.script.pop(0) if receiver.script else 200
+                if step == HANG:
+                    receiver.release.wait(60)
+                    step = 200
+                status, extra = step if isinstance(step, tuple) else (step, {})
+                try:
+                    self.send_response(status)
+                    for name, value in extra.items():
+                        self.send_header(name, value)
+                    self.send_header("content-length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+                except OSError:
+                    pass  # the sender went away while we held it
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def ids(self) -> list[str]:
+        return [r.webhook_id for r in self.received]
+
+    def of_type(self, type: str) -> list[Received]:
+        return [r for r in self.received if r.type == type]
+
+
+def receiving(keep_alive: bool = False) -> Iterator[Receiver]:
+    """A receiver for the length of a test (the body of every `receiver` fixture)."""
+    found = Receiver(keep_alive)
+    yield found
+    found.release.set()
+    found.stop()
+
+
+def hook(fleet: Fleet, receiver: Receiver) -> Fleet:
+    """Point the fleet's callback at the receiver, and tell the receiver the fleet's secret."""
+    fleet.callback_url = receiver.url
+    fleet.save(update_fields=["callback_url"])
+    receiver.secret = fleet.callback_secret
+    return fleet
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from receiving()
+
+
+@pytest.fixture
+def hooked(fleet: Fleet, receiver: Receiver) -> Fleet:
+    return hook(fleet, receiver)
 
 
 def database_url() -> str:
@@ -244,38 +437,53 @@ def worker(transactional_db: None, worker_process: Any) -> Iterator[Any]:
 
 def quiesce(timeout: float = 15.0) -> None:
     """Wait until the worker has nothing left to do, so the test database can be flushed."""
+    eventually(worker_idle, timeout=timeout, what="the worker to finish its queued tasks")
+
+
+def worker_idle() -> bool:
+    """Nothing queued or outstanding, and no task running (so none is still committing)."""
     from django.conf import settings
 
     from runs.models import Claim, FrontierChange
 
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        queued = 0
-        if settings.CELERY_BROKER_URL.startswith("redis"):
-            import redis
+    if settings.CELERY_BROKER_URL.startswith("redis"):
+        import redis
 
-            queued = int(redis.Redis.from_url(settings.CELERY_BROKER_URL).llen("celery"))
-        else:
-            queued = len(list((settings.BROKER_DIR / "queue").glob("*.msg")))
-        busy = (
-            FrontierChange.objects.exists()
-            or Claim.objects.filter(verification_pending=True).exists()
-        )
-        if not queued and not busy:
-            break
-        time.sleep(0.1)
-    time.sleep(0.3)  # a task that just finished its writes may still be committing
+        queued = int(redis.Redis.from_url(settings.CELERY_BROKER_URL).llen("celery"))
+    else:
+        # The celery queue only: the broadcast below also leaves one for each killed worker.
+        queued = len(list((settings.BROKER_DIR / "queue").glob("*.celery.msg")))
+    busy = (
+        FrontierChange.objects.exists() or Claim.objects.filter(verification_pending=True).exists()
+    )
+    if queued or busy:
+        return False
+    # Asked last: what a task queued before it finished is then in the queue counted above.
+    running = celery_app.control.inspect(timeout=2.0, limit=1).active() or {}
+    return not any(running.values())
 
 
-def eventually(check: Any, *, timeout: float = 20.0, interval: float = 0.1) -> Any:
-    """Poll until `check()` is truthy (for work a real worker does); fail with the last value."""
-    deadline = time.time() + timeout
+def eventually(check: Any, *, timeout: float = 20.0, interval: float = 0.1, what: str = "") -> Any:
+    """Poll until `check()` is truthy (for work a real worker does); fail naming what it waited
+    for (`what`, else the check itself) and the last value it gave."""
+    deadline = time.monotonic() + timeout
     value = check()
-    while not value and time.time() < deadline:
+    while not value and time.monotonic() < deadline:
         time.sleep(interval)
         value = check()
-    assert value, "condition not met in time"
+    assert value, f"waited {timeout:g}s for {what or condition_of(check)}; last value {value!r}"
     return value
+
+
+def condition_of(check: Any) -> str:
+    """How a failed wait names its check: the function's name, or a lambda's source."""
+    name = getattr(check, "__name__", repr(check))
+    if name != "<lambda>":
+        return name
+    try:
+        return " ".join(inspect.getsource(check).split())
+    except (OSError, TypeError):
+        return name
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ from django.test import Client
 from fleet import intake, services
 from fleet.models import ApiToken, Fleet
 from fleet.stories import Story, ensure_agents
+from tests.conftest import wsgi_headers
 
 
 class Http:
@@ -17,7 +18,7 @@ class Http:
         self.client = Client()
 
     def __call__(self, agent_id: str, headers: dict[str, str], body: bytes) -> intake.Reply:
-        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+        extra = wsgi_headers(headers)
         response = self.client.generic(
             "POST",
             f"/hooks/v1/agents/{agent_id}/events",

@@ -40,6 +40,13 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
+def expect():
+    """Playwright's `expect`, imported when a test runs, as Chromium is launched."""
+    from playwright.sync_api import expect
+
+    return expect
+
+
 class Screen:
     """A browser context of its own (one person), with CSP violations and errors collected."""
 

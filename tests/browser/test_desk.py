@@ -11,27 +11,18 @@ from django.utils import timezone
 from escalations.models import Escalation
 from fleet.models import ApiToken
 from runs.models import Task
+from tests.browser.conftest import expect
 from tests.conftest import eventually
-from tests.escalations.desk import QUESTION, Desk, member
+from tests.escalations.desk import QUESTION, member
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery staple"
 
 
-def expect():
-    from playwright.sync_api import expect
-
-    return expect
-
-
 @pytest.fixture
-def desk(client, fleet, receiver):
-    fleet.callback_url = receiver.url
-    fleet.save()
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
+def desk_callback_url(receiver):
+    return receiver.url
 
 
 def test_a_reviewer_answers_the_oldest_escalation_and_the_work_is_released(
@@ -120,7 +111,10 @@ def test_the_queue_is_driven_from_the_keyboard(desk, worker, screens):
     expect()(rows.nth(1)).to_contain_text("alice")
     expect()(rows.nth(1).get_by_role("button", name="Release")).to_be_visible()
     # Polling swaps the queue in again; the selection and the focus stay where they were.
-    page.wait_for_timeout(2500)
+    page.locator("#queue").evaluate("queue => { queue.dataset.beforePoll = 'yes' }")
+    page.wait_for_function(
+        "() => !document.querySelector('#queue[data-before-poll]')", timeout=10_000
+    )
     expect()(rows.nth(1)).to_have_attribute("aria-current", "true")
     expect()(rows.nth(1).locator("a.open")).to_be_focused()
 

@@ -4,25 +4,13 @@ unbroken text wraps instead of widening the page; a wide table scrolls inside it
 import pytest
 
 from runs.models import Run
-from tests.escalations.desk import Desk, member
+from tests.browser.conftest import expect
+from tests.escalations.desk import member
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery staple"
 UNBROKEN = "x" * 499 + "?"  # the longest question a packet may ask, without a space
-
-
-def expect():
-    from playwright.sync_api import expect
-
-    return expect
-
-
-@pytest.fixture
-def desk(client, fleet):
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
 
 
 def page_width(page):

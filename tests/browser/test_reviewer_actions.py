@@ -6,6 +6,7 @@ import pytest
 
 from escalations.models import Escalation
 from runs.models import Claim, Run, Task
+from tests.browser.conftest import expect
 from tests.conftest import eventually
 from tests.escalations.desk import Desk, member
 
@@ -14,17 +15,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "correct horse battery staple"
 
 
-def expect():
-    from playwright.sync_api import expect
-
-    return expect
-
-
 @pytest.fixture
-def desk(client, fleet):
-    desk = Desk(client, fleet)
-    desk.run()
-    member("alice", fleet)
+def desk(desk, alice):
+    """The desk, with alice (a reviewer) at it."""
     return desk
 
 

@@ -11,16 +11,11 @@ from fleet import demo
 from fleet.models import Delivery
 from fleet.stories import all_green, forge_outage, hung_test_run
 from runs.models import Run, Task
+from tests.browser.conftest import expect
 from tests.conftest import eventually
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 PASSWORD = "correct horse battery staple"
-
-
-def expect():
-    from playwright.sync_api import expect
-
-    return expect
 
 
 @pytest.fixture

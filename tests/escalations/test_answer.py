@@ -5,42 +5,21 @@ import threading
 
 import pytest
 from django.db import connection
-from django.test import Client, TestCase
+from django.test import TestCase
 
 from escalations.models import Answer, Escalation
 from fleet import services as fleet_services
 from fleet.models import ApiToken, Delivery
 from runs.models import Blocker, Claim, Decision, Evidence, Task
+from tests.conftest import REFUSED_CALLBACK, signed_in
 from tests.escalations.desk import OPTIONS, QUESTION, Desk, member
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def desk(client, fleet):
-    fleet.callback_url = (
-        "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves the machine
-    )
-    fleet.save()
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
-
-
-@pytest.fixture
-def alice(fleet):
-    return member("alice", fleet)
-
-
-@pytest.fixture
-def bob(fleet):
-    return member("bob", fleet)
-
-
-def signed_in(user):
-    browser = Client()
-    browser.force_login(user)
-    return browser
+def desk_callback_url():
+    return REFUSED_CALLBACK
 
 
 def answer(browser, escalation, **form):

@@ -2,9 +2,9 @@
 `human_answer` evidence from `reviewer:<user>`, and the frontier is recomputed after it."""
 
 import pytest
-from django.test import Client, TestCase
 
 from runs.models import Claim, Evidence, Run, Task
+from tests.conftest import committed, signed_in
 from tests.escalations.desk import Desk, member
 
 pytestmark = pytest.mark.django_db
@@ -39,22 +39,6 @@ def desk(client, fleet):
     )
     desk.planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
     return desk
-
-
-@pytest.fixture
-def alice(fleet):
-    return member("alice", fleet)
-
-
-def signed_in(user):
-    browser = Client()
-    browser.force_login(user)
-    return browser
-
-
-def committed(call, *args, **kwargs):
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        return call(*args, **kwargs)
 
 
 def packet_showing_the_claim(desk):

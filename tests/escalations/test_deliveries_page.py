@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from fleet import services
 from fleet.models import Delivery, DeliveryAttempt
+from tests.conftest import wsgi_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -94,13 +95,13 @@ def test_the_demo_callback_takes_what_the_fleet_signed_and_refuses_the_rest(clie
     headers = signing.sign(
         fleet.callback_secret, msg_id="msg_1", timestamp=int(time.time()), body=body
     )
-    extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+    extra = wsgi_headers(headers)
     ok = client.post("/demo/callback/demo", body, content_type="application/json", **extra)
     assert ok.status_code == 204
     forged = signing.sign(
         "whsec_" + "A" * 32, msg_id="msg_2", timestamp=int(time.time()), body=body
     )
-    extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in forged.items()}
+    extra = wsgi_headers(forged)
     assert (
         client.post(
             "/demo/callback/demo", body, content_type="application/json", **extra

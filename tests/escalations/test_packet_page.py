@@ -4,42 +4,20 @@ actions (reroute, return, abort, re-check). Packet content is untrusted."""
 import re
 
 import pytest
-from django.test import Client, TestCase
+from django.test import Client
 
 from escalations.models import Escalation
 from fleet.models import Delivery
 from runs.models import Claim, Decision, Evidence, Run, Task
-from tests.escalations.desk import HASH, OPTIONS, QUESTION, Desk, member
+from tests.conftest import REFUSED_CALLBACK, committed
+from tests.escalations.desk import HASH, OPTIONS, QUESTION, member
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def desk(client, fleet):
-    fleet.callback_url = (
-        "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves the machine
-    )
-    fleet.save()
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
-
-
-@pytest.fixture
-def alice(fleet):
-    return member("alice", fleet)
-
-
-@pytest.fixture
-def browser(alice):
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-def committed(call, *args, **kwargs):
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        return call(*args, **kwargs)
+def desk_callback_url():
+    return REFUSED_CALLBACK
 
 
 def escaped(text):

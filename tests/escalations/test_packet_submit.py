@@ -7,23 +7,15 @@ from escalations import services
 from escalations.models import Escalation, FailurePacket
 from fleet.models import Delivery
 from runs.models import Blocker, Task
-from tests.escalations.desk import Desk, member, packet
+from tests.conftest import REFUSED_CALLBACK
+from tests.escalations.desk import Desk, packet
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def desk(client, fleet):
-    fleet.callback_url = "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves
-    fleet.save()
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
-
-
-@pytest.fixture
-def alice(fleet):
-    return member("alice", fleet)
+def desk_callback_url():
+    return REFUSED_CALLBACK
 
 
 def submit(desk: Desk, **changes):

@@ -12,7 +12,8 @@ from django.utils import timezone
 from escalations.models import Escalation
 from escalations.selectors import queue
 from fleet import services
-from tests.escalations.desk import QUESTION, Desk, member
+from tests.conftest import signed_in
+from tests.escalations.desk import QUESTION, member
 
 pytestmark = pytest.mark.django_db
 
@@ -20,34 +21,9 @@ PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
-def desk(client, fleet):
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
-
-
-@pytest.fixture
-def alice(fleet):
-    """A reviewer of acme."""
-    return member("alice", fleet)
-
-
-@pytest.fixture
-def bob(fleet):
-    """Another reviewer of acme."""
-    return member("bob", fleet)
-
-
-@pytest.fixture
 def mallory(db):
     """A reviewer of another fleet."""
     return member("mallory", services.fleet_create(name="globex"))
-
-
-def signed_in(user):
-    browser = Client()
-    browser.force_login(user)
-    return browser
 
 
 # Sign-in and roles

@@ -2,10 +2,11 @@
 who and when are kept, and the frontier is recomputed after commit."""
 
 import pytest
-from django.test import Client, TestCase
+from django.test import TestCase
 
 from fleet.models import Delivery
 from runs.models import ProgressLine, Run, Task
+from tests.conftest import REFUSED_CALLBACK, signed_in
 from tests.escalations.desk import Desk, member
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +17,7 @@ STOP = "barrier:uncertain-dependency"
 
 @pytest.fixture
 def desk(client, fleet):
-    fleet.callback_url = "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves
+    fleet.callback_url = REFUSED_CALLBACK
     fleet.save()
     desk = Desk(client, fleet)
     desk.run(
@@ -29,17 +30,6 @@ def desk(client, fleet):
         ],
     )  # fmt: skip
     return desk
-
-
-@pytest.fixture
-def alice(fleet):
-    return member("alice", fleet)
-
-
-def signed_in(user):
-    browser = Client()
-    browser.force_login(user)
-    return browser
 
 
 def blockers(key):

@@ -6,13 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.test import Client, TestCase
+from django.test import TestCase
 from django.utils import timezone
 
 from escalations import reports
 from escalations.models import Escalation
 from fleet import services
 from runs.models import Attempt, Task
+from tests.conftest import signed_in
 from tests.escalations.desk import Desk, member
 from tests.fixtures.seed import ALL_GREEN_RUN, phoenixdx
 
@@ -77,18 +78,6 @@ def test_a_runs_blast_radius_is_its_widest_reaching_claims():
 
 
 # Pages
-
-
-@pytest.fixture
-def carol(fleet):
-    """A manager of acme."""
-    return member("carol", fleet, role="manager")
-
-
-def signed_in(user):
-    browser = Client()
-    browser.force_login(user)
-    return browser
 
 
 @pytest.fixture

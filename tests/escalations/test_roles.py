@@ -6,30 +6,12 @@ from django.test import Client, TestCase
 from escalations.models import Answer, Escalation
 from fleet import services
 from runs.models import Claim, Decision, Run, Task
+from tests.conftest import signed_in
 from tests.escalations.desk import HASH, Desk, member
 
 pytestmark = pytest.mark.django_db
 
 REFUSAL = "Only a reviewer of fleet acme can act on its escalations"
-
-
-@pytest.fixture
-def desk(client, fleet):
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
-
-
-@pytest.fixture
-def carol(fleet):
-    """A manager of acme."""
-    return member("carol", fleet, role="manager")
-
-
-def signed_in(user):
-    browser = Client()
-    browser.force_login(user)
-    return browser
 
 
 def test_a_manager_reads_the_packet_with_a_note_instead_of_the_actions(desk, carol):

@@ -10,27 +10,15 @@ from django.test import Client, TestCase
 from fleet import services
 from fleet.models import Delivery
 from runs.models import Run
-from tests.escalations.desk import HASH, Desk, member
+from tests.conftest import REFUSED_CALLBACK
+from tests.escalations.desk import HASH, member
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def desk(client, fleet):
-    fleet.callback_url = (
-        "http://127.0.0.1:9/bulkhead"  # refused at once: nothing leaves the machine
-    )
-    fleet.save()
-    desk = Desk(client, fleet)
-    desk.run()
-    return desk
-
-
-@pytest.fixture
-def browser(fleet):
-    client = Client()
-    client.force_login(member("alice", fleet))
-    return client
+def desk_callback_url():
+    return REFUSED_CALLBACK
 
 
 def graph(page):

@@ -8,14 +8,6 @@ from tests.conftest import make_sender, task
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def token(planner) -> str:
-    from fleet.models import ApiToken
-
-    _, plain = ApiToken.issue(planner.agent)
-    return plain
-
-
 def get(client, path: str, token: str | None):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
     return client.get(path, **headers)

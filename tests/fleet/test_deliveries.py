@@ -1,12 +1,8 @@
 """Outbound notifications against a real HTTP receiver on loopback: signed, retried, never lost."""
 
-import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import format_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -14,144 +10,20 @@ from django.db import transaction
 from django.db.models import F
 from django.test import TestCase
 from django.utils import timezone
-from standardwebhooks.webhooks import Webhook
 
 from fleet import deliveries
 from fleet.broker import countdown
 from fleet.models import Delivery, DeliveryAttempt, Fleet
 from fleet.outbox import notify
 from fleet.tasks import reconcile
-from tests.conftest import eventually, task
+from tests.conftest import HANG, Receiver, eventually, hook, receiving, task
 
 pytestmark = pytest.mark.django_db
-
-HANG = "hang"
-
-
-@dataclass
-class Received:
-    webhook_id: str
-    type: str
-    body: dict[str, Any]
-    headers: dict[str, str]
-    signed: bool  # the signature verified with the fleet's secret
-    peer: int = 0  # the sender's port: one per connection
-
-
-class Receiver:
-    """A fleet's callback: verifies each signature and answers from a script (then 200).
-
-    A script entry is a status, (status, headers), or HANG: hold the request until released.
-    `stop()` closes the port (the receiver is down: connections are refused); `start()` opens
-    the same port again. With `keep_alive` it speaks HTTP/1.1 and keeps connections open.
-    """
-
-    def __init__(self, keep_alive: bool = False) -> None:
-        self.keep_alive = keep_alive
-        self.secret = ""
-        self.received: list[Received] = []
-        self.script: list[Any] = []
-        self.release = threading.Event()
-        self.lock = threading.Lock()
-        self.port = 0
-        self.server: ThreadingHTTPServer | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/bulkhead"
-
-    def start(self) -> None:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                try:
-                    Webhook(receiver.secret).verify(body, headers)
-                    signed = True
-                except Exception:
-                    signed = False
-                data = json.loads(body)
-                with receiver.lock:
-                    receiver.received.append(
-                        Received(
-                            headers.get("webhook-id", ""),
-                            data["type"],
-                            data,
-                            headers,
-                            signed,
-                            self.client_address[1],
-                        )
-                    )
-                    step = receiver.script.pop(0) if receiver.script else 200
-                if step == HANG:
-                    receiver.release.wait(60)
-                    step = 200
-                status, extra = step if isinstance(step, tuple) else (step, {})
-                try:
-                    self.send_response(status)
-                    for name, value in extra.items():
-                        self.send_header(name, value)
-                    self.send_header("content-length", "2")
-                    self.end_headers()
-                    self.wfile.write(b"ok")
-                except OSError:
-                    pass  # the sender went away while we held it
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-
-    def ids(self) -> list[str]:
-        return [r.webhook_id for r in self.received]
-
-    def of_type(self, type: str) -> list[Received]:
-        return [r for r in self.received if r.type == type]
-
-
-def receiving(keep_alive: bool = False) -> Iterator[Receiver]:
-    """A receiver for the length of a test (the body of every `receiver` fixture)."""
-    found = Receiver(keep_alive)
-    yield found
-    found.release.set()
-    found.stop()
-
-
-def hook(fleet: Fleet, receiver: Receiver) -> Fleet:
-    """Point the fleet's callback at the receiver, and tell the receiver the fleet's secret."""
-    fleet.callback_url = receiver.url
-    fleet.save(update_fields=["callback_url"])
-    receiver.secret = fleet.callback_secret
-    return fleet
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    yield from receiving()
 
 
 @pytest.fixture
 def http11_receiver() -> Iterator[Receiver]:
     yield from receiving(keep_alive=True)
-
-
-@pytest.fixture
-def hooked(fleet: Fleet, receiver: Receiver) -> Fleet:
-    return hook(fleet, receiver)
 
 
 def notify_committed(fleet: Fleet, type: str = "task.ready", **data: Any) -> Delivery:

@@ -10,7 +10,7 @@ from escalations.models import Escalation
 from fleet import services
 from fleet.models import Event, SigningKey
 from runs.models import Prerequisite, Run, Task
-from tests.conftest import Sender, make_sender, task
+from tests.conftest import Sender, make_sender, task, wsgi_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +66,7 @@ def test_every_authentication_failure_gets_the_same_401(planner, client):
     body = planner.body("run.started", {"run": "r1", "tasks": []})
     answers = set()
     for name, headers, path in auth_failures(planner):
-        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+        extra = wsgi_headers(headers)
         response = client.generic("POST", path, body, content_type="application/json", **extra)
         assert response.status_code == 401, name
         answers.add(response.content)

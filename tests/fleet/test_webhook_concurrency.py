@@ -9,7 +9,7 @@ from django.test import Client
 
 from fleet.models import Event
 from runs.models import Run, Task
-from tests.conftest import task
+from tests.conftest import task, wsgi_headers
 
 
 @pytest.mark.postgres
@@ -25,7 +25,7 @@ def test_twenty_simultaneous_copies_apply_once_and_get_the_first_response(planne
 
     def send() -> None:
         client = Client()
-        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+        extra = wsgi_headers(headers)
         barrier.wait()
         response = client.generic(
             "POST", planner.path, body, content_type="application/json", **extra
@@ -57,10 +57,7 @@ def test_simultaneous_different_ids_for_one_run_leave_one_run(planner, coder):
     def send(i: int) -> None:
         client = Client()
         body = planner.body("run.started", body_data)
-        extra = {
-            f"HTTP_{k.upper().replace('-', '_')}": v
-            for k, v in planner.headers(body, webhook_id=f"msg_{i}").items()
-        }
+        extra = wsgi_headers(planner.headers(body, webhook_id=f"msg_{i}"))
         barrier.wait()
         response = client.generic(
             "POST", planner.path, body, content_type="application/json", **extra

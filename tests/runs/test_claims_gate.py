@@ -9,16 +9,11 @@ from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
 from tests.fixtures.orders import orders_postgresql as orders_postgresql  # noqa: F401
 from tests.fixtures.orders import orders_postgresql_session as orders_postgresql_session  # noqa: F401
-from tests.fixtures.seed import ATTEMPT, INVENTED, PhoenixDX, at, phoenixdx, seed_tasks
+from tests.fixtures.seed import ATTEMPT, INVENTED, PhoenixDX, at, seed_tasks
 
 pytestmark = pytest.mark.django_db
 
 RUN = "tier-discounts"
-
-
-@pytest.fixture
-def seed(client, fleet) -> PhoenixDX:
-    return phoenixdx(client, fleet)
 
 
 def plan_posts(seed: PhoenixDX, evidence: dict | None = None, *, coders_consume: bool = True):

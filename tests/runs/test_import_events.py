@@ -10,17 +10,12 @@ from django.core.management import CommandError, call_command
 from fleet.models import Event
 from runs.claims.hashing import payload_hash
 from runs.models import Artifact, Claim, ClaimUse, Run, Task
-from tests.fixtures.seed import ALL_GREEN_RUN, PhoenixDX, phoenixdx
+from tests.fixtures.seed import ALL_GREEN_RUN
 
 pytestmark = pytest.mark.django_db
 
 RUN = "tier-discounts"
 EVENTS = 16  # lines of the all-green run
-
-
-@pytest.fixture
-def seed(client, fleet) -> PhoenixDX:
-    return phoenixdx(client, fleet)
 
 
 def import_file(path: Path | str, fleet: str = "acme") -> dict:

@@ -4,7 +4,6 @@ A later failure names that work ahead of its own cause: in the API, in the decis
 run.failed. An attempt that ended in an error is neither resumed nor warned about.
 """
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,8 +11,7 @@ from django.test import TestCase
 
 from fleet.models import Fleet
 from runs.models import Attempt, ProgressLine, Run, Task
-from tests.conftest import Sender, make_sender, task
-from tests.fleet.test_deliveries import Receiver, hook, receiving
+from tests.conftest import Sender, task
 from tests.runs.test_retries import (
     RUN,
     api,
@@ -37,22 +35,6 @@ CAUSE = (
     "implement session ended with a background task still running (./mvnw test), which was "
     "killed, and a later step failed: no PR found"
 )
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    yield from receiving()
-
-
-@pytest.fixture
-def hooked(fleet: Fleet, receiver: Receiver) -> Fleet:
-    return hook(fleet, receiver)
-
-
-@pytest.fixture
-def pr_tool(client: Any, fleet: Fleet) -> Sender:
-    """The deterministic step that checks for the PR (a tool: it fails the same way again)."""
-    return make_sender(client, fleet, "pr-check", role="delivery", tool=True)
 
 
 @pytest.fixture

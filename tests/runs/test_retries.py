@@ -1,11 +1,9 @@
 """The retry policy wired to events: after a failure something changes before the next attempt."""
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.test import TestCase
 from django.utils import timezone
 
 from escalations.models import Escalation
@@ -13,9 +11,9 @@ from fleet.models import ApiToken, Capability, Delivery, Fleet
 from fleet.tasks import reconcile
 from runs import retries
 from runs.claims import by_hand as claims
-from runs.models import Attempt, Blocker, Claim, Decision, Run, Task
-from tests.conftest import Sender, make_sender, task
-from tests.fleet.test_deliveries import Receiver, hook, receiving
+from runs.models import Attempt, Claim, Decision, Run, Task
+from tests.conftest import Receiver, Sender, committed, make_sender, task
+from tests.runs.conftest import open_codes
 
 pytestmark = pytest.mark.django_db
 
@@ -73,18 +71,6 @@ def state(key: str) -> str:
     return Task.objects.get(key=key).state
 
 
-def open_codes(key: str) -> set[str]:
-    return set(
-        Blocker.objects.filter(task__key=key, cleared_at=None).values_list("code", flat=True)
-    )
-
-
-def committed(work: Any) -> Any:
-    """Run `work` and its after-commit callbacks, as a worker's committed transaction would."""
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        return work()
-
-
 def make_due(decision: Decision) -> None:
     Decision.objects.filter(pk=decision.pk).update(not_before=timezone.now())
 
@@ -105,21 +91,6 @@ def sent(got: Receiver, type: str, key: str | None = None) -> list[dict[str, Any
 def api(client: Any, sender: Sender, path: str) -> Any:
     _, token = ApiToken.issue(sender.agent)
     return client.get(path, HTTP_AUTHORIZATION=f"Bearer {token}").json()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    yield from receiving()
-
-
-@pytest.fixture
-def hooked(fleet: Fleet, receiver: Receiver) -> Fleet:
-    return hook(fleet, receiver)
-
-
-@pytest.fixture
-def coder2(client: Any, fleet: Fleet) -> Sender:
-    return make_sender(client, fleet, "coder-2", role="coding")
 
 
 @pytest.fixture

@@ -4,20 +4,18 @@ The worker runs the policy after commit and the receiver on loopback gets what a
 Time is moved in the database (a retry's not_before), never slept through.
 """
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
-from fleet.models import Capability, Fleet
+from fleet.models import Capability
 from fleet.tasks import reconcile
 from runs import retries
 from runs.models import Blocker, Decision, ProgressLine, Run, Task
 from runs.tasks import act_on_decision
-from tests.conftest import Sender, eventually, make_sender, task
-from tests.fleet.test_deliveries import Receiver, hook, receiving
+from tests.conftest import Sender, eventually, task
 from tests.runs.test_retries import RUN, decisions, fail, finish, sent, start
 
 pytestmark = [
@@ -25,26 +23,6 @@ pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True),
 ]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    yield from receiving()
-
-
-@pytest.fixture
-def hooked(fleet: Fleet, receiver: Receiver) -> Fleet:
-    return hook(fleet, receiver)
-
-
-@pytest.fixture
-def coder2(client: Any, fleet: Fleet) -> Sender:
-    return make_sender(client, fleet, "coder-2", role="coding")
-
-
-@pytest.fixture
-def pr_tool(client: Any, fleet: Fleet) -> Sender:
-    return make_sender(client, fleet, "pr-check", role="delivery", tool=True)
 
 
 def decided(key: str, n: int) -> Decision:

@@ -5,7 +5,6 @@ from django.test import TestCase
 
 from escalations import services as desk
 from escalations.models import Escalation
-from fleet.models import ApiToken
 from runs.models import Run, Task
 from tests.conftest import task
 from tests.escalations.desk import member, packet
@@ -13,11 +12,6 @@ from tests.escalations.desk import member, packet
 pytestmark = pytest.mark.django_db
 
 ATTEMPT = {"prompt_hash": "p", "context_hash": "c"}
-
-
-@pytest.fixture
-def token(planner) -> str:
-    return ApiToken.issue(planner.agent)[1]
 
 
 def read(client, path: str, token: str) -> dict:

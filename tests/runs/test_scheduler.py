@@ -4,7 +4,8 @@ import pytest
 
 from fleet.models import Delivery
 from runs.models import Blocker, FrontierChange, Task
-from tests.conftest import Sender, make_sender, task
+from tests.conftest import make_sender, task
+from tests.runs.conftest import open_codes
 
 pytestmark = pytest.mark.django_db
 
@@ -24,19 +25,6 @@ def forge_run() -> list[dict]:
 
 def frontier(client, token: str, run: str = "r1") -> dict:
     return client.get(f"/api/v1/runs/{run}/frontier", HTTP_AUTHORIZATION=f"Bearer {token}").json()
-
-
-@pytest.fixture
-def token(planner: Sender) -> str:
-    from fleet.models import ApiToken
-
-    return ApiToken.issue(planner.agent)[1]
-
-
-def open_codes(key: str) -> set[str]:
-    return set(
-        Blocker.objects.filter(task__key=key, cleared_at=None).values_list("code", flat=True)
-    )
 
 
 def test_it_defers_only_the_tasks_that_need_the_forge(client, planner, coder, token):

@@ -1,7 +1,5 @@
 """The scheduler with a real worker on PostgreSQL: releases survive a worker killed mid-recompute."""
 
-import time
-
 import psycopg
 import pytest
 
@@ -22,6 +20,22 @@ def forge_blocked() -> bool:
     return Blocker.objects.filter(
         task__key="push", code="capability:forge", cleared_at=None
     ).exists()
+
+
+def task_updates(where: str) -> int:
+    """The other sessions of the test database updating a task that match `where`."""
+    with psycopg.connect(database_url(), autocommit=True) as probe:
+        row = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            f"AND pid <> pg_backend_pid() AND query LIKE %s AND {where}",
+            ['UPDATE "runs_task"%'],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def killed_recompute_ended() -> bool:
+    """The killed worker's recompute has no session left: its transaction is over."""
+    return task_updates("state <> 'idle'") == 0
 
 
 @pytest.mark.postgres
@@ -60,19 +74,13 @@ def test_a_worker_killed_in_the_middle_of_a_recompute_loses_no_release(worker, p
         planner.post("capability.changed", {"capability": "forge", "status": "up"})
 
         def recompute_waiting() -> bool:
-            with psycopg.connect(database_url(), autocommit=True) as probe:
-                row = probe.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE %s",
-                    ['UPDATE "runs_task"%'],
-                ).fetchone()
-                return bool(row and row[0])
+            return task_updates("wait_event_type = 'Lock'") > 0
 
         eventually(recompute_waiting)
         worker.kill()
         holder.rollback()
 
-    time.sleep(0.5)
+    eventually(killed_recompute_ended)
     assert forge_blocked(), "the killed recompute must not have released anything"
     assert not settled(run)
     worker.restart()

@@ -35,7 +35,7 @@ from tests.fixtures.orders import (
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
 from tests.fixtures.orders import orders_postgresql as orders_postgresql  # noqa: F401
 from tests.fixtures.orders import orders_postgresql_session as orders_postgresql_session  # noqa: F401
-from tests.fixtures.seed import ATTEMPT, INVENTED, PhoenixDX, at, phoenixdx, seed_tasks
+from tests.fixtures.seed import ATTEMPT, INVENTED, PhoenixDX, at, seed_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -62,11 +62,6 @@ def handed_over(monkeypatch) -> list[Handover]:
 
     monkeypatch.setattr(retries, "claim_refuted", spy)
     return calls
-
-
-@pytest.fixture
-def seed(client, fleet) -> PhoenixDX:
-    return phoenixdx(client, fleet)
 
 
 @pytest.fixture
@@ -459,13 +454,6 @@ def test_a_claim_that_is_gone_is_not_verified(db):
 
 
 # By hand --------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def alice(fleet):
-    user = get_user_model().objects.create_user("alice", password="x")
-    services.member_add(username="alice", fleet=fleet, role="reviewer")
-    return user
 
 
 def test_a_reviewer_refutes_by_hand_and_the_planner_is_handed_over(seed, alice, handed_over):

@@ -673,7 +673,7 @@ def server() -> Iterator[Server]:
             elif self.path == "/large":
                 self.reply(200, b"x" * 200_000)
             elif self.path == "/slow":
-                time.sleep(2)
+                time.sleep(2)  # the behaviour under test: a host slower than the read timeout
                 self.reply(200, b"late")
             else:
                 self.reply(404, b"not found")
@@ -886,6 +886,7 @@ def test_a_command_killed_by_a_signal_exits_like_in_a_shell(project: Path) -> No
 
 
 def test_a_command_that_runs_too_long_is_stopped(project: Path) -> None:
+    # Its sleep is the behaviour under test: a command that outlasts the limit.
     command = f'{PYTHON} -c "import time; time.sleep(30)"'
     started = time.monotonic()
     verdict = verify(
@@ -896,6 +897,7 @@ def test_a_command_that_runs_too_long_is_stopped(project: Path) -> None:
 
 
 def test_background_work_left_behind_does_not_hold_the_verdict(project: Path) -> None:
+    # The child's sleep is the behaviour under test: work that outlives the command.
     script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); print('done')"
     command = f"{PYTHON} -c {shlex.quote(script)}"
     started = time.monotonic()
