@@ -2,11 +2,11 @@
 
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count
 
 from fleet.access import managed_fleet_ids, member_fleets
 from fleet.models import Capability
-from runs.models import Blocker, FrontierChange, Task
+from runs.models import Blocker, FrontierChange
 
 
 def capability_board(user: Any) -> list[dict[str, Any]]:
@@ -48,17 +48,3 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def deferred_by(capability: Capability) -> QuerySet[Any]:
-    return (
-        Task.objects.filter(
-            run__fleet_id=capability.fleet_id,
-            state="pending",
-            blockers__cleared_at__isnull=True,
-            blockers__code=f"capability:{capability.name}",
-        )
-        .select_related("run", "agent")
-        .filter(~Q(run__state="failed"))
-        .order_by("run__key", "position")
-    )
