@@ -1,13 +1,12 @@
-"""The webhook's event envelope and the `data` of each event type (DESIGN section 3)."""
+"""The webhook's event envelope and the `data` of each event type (DESIGN section 3).
 
-import json
-import math
-import re
-from collections import Counter
+`fleet.event_json` reads the body as strict JSON (`loads`); `parse` validates it here.
+"""
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -20,7 +19,48 @@ from pydantic import (
 )
 
 from fleet.errors import Refusal, error
+from fleet.event_json import MAX_DEPTH, JsonPath, loads, unstorable
 from runs.claims.hashing import payload_hash
+
+__all__ = [
+    "DATA_MODELS",
+    "MAX_DEPTH",
+    "ActingAs",
+    "ArtifactIn",
+    "AttemptIn",
+    "CapabilityChanged",
+    "ClaimChecked",
+    "ClaimIn",
+    "ClaimPosted",
+    "Envelope",
+    "EvidenceIn",
+    "FailureIn",
+    "Hash",
+    "JsonPath",
+    "Key",
+    "KilledIn",
+    "Label",
+    "Name",
+    "PacketSubmitted",
+    "Partial",
+    "PayloadHash",
+    "RunStarted",
+    "Strict",
+    "TaskEntry",
+    "TaskFinished",
+    "TaskIn",
+    "TaskStarted",
+    "TasksAdded",
+    "Text",
+    "Title",
+    "loads",
+    "parse",
+    "partial_of",
+    "pydantic_errors",
+    "rule_errors",
+    "task_entry",
+    "unstorable",
+]
 
 # The lengths are the columns' (runs/models.py, fleet/models.py): longer is a 422, not a 500.
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=False)]
@@ -234,100 +274,6 @@ def pydantic_errors(exc: ValidationError, prefix: str) -> list[dict[str, str]]:
             msg = msg.removeprefix("Value error, ")
         errors.append(error(loc, msg))
     return errors
-
-
-def _not_json(literal: str) -> None:
-    raise ValueError(f"{literal} is not a JSON value")
-
-
-def unstorable(value: object, loc: str = "") -> list[dict[str, str]]:
-    """Every value the database cannot store: a NUL byte, an unpaired surrogate (in a key or a
-    string), a number outside the range of a double (1e999 reads as infinity)."""
-    found: list[dict[str, str]] = []
-    stack: list[tuple[object, str]] = [(value, loc)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            problem = _unstorable(item)
-            if problem:
-                found.append(error(where or "body", problem))
-        elif isinstance(item, float) and not math.isfinite(item):
-            found.append(error(where or "body", "is a number outside the range of a double"))
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                child_loc = f"{where}.{_printable(key)}" if where else _printable(key)
-                problem = _unstorable(key)
-                if problem:
-                    found.append(error(child_loc, "field name " + problem))
-                stack.append((child, child_loc))
-        elif isinstance(item, list):
-            stack.extend((child, f"{where}.{i}") for i, child in enumerate(item))
-    return sorted(found, key=lambda e: e["loc"])
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_ESCAPED = re.compile("[\x00\ud800-\udfff]")
-
-
-def _unstorable(text: str) -> str | None:
-    if "\x00" in text:
-        return "contains a NUL byte"
-    if _SURROGATE.search(text):
-        return "contains an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode"
-    return None
-
-
-def _printable(text: str) -> str:
-    """A field name safe to echo back in a location: NUL and lone surrogates as escapes."""
-    return _ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
-
-
-JsonPath = tuple[Any, str | int]  # (the parent's JsonPath or None, this key or index)
-MAX_DEPTH: Final = 64  # deeper JSON is no event: it would only exhaust the checks' recursion
-
-
-def loads(text: str | bytes) -> tuple[object, list[dict[str, str]]]:
-    """JSON as sent (RFC 8259: NaN, Infinity and -Infinity are not JSON, though Python's reader
-    takes them), and the fields an object names twice (JSON would keep the last silently): they
-    are refused with the event's other errors (`parse(..., repeated=...)`)."""
-    repeated: dict[int, list[str]] = {}
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj = dict(items)
-        if len(obj) != len(items):
-            repeated[id(obj)] = [k for k, n in Counter(k for k, _ in items).items() if n > 1]
-        return obj
-
-    try:
-        value = json.loads(text, object_pairs_hook=pairs, parse_constant=_not_json)
-    except RecursionError:
-        raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
-    deep: list[dict[str, str]] = []
-    twice: list[dict[str, str]] = []
-    # A path is (parent path, key), spelled out only for an error: this walks every value.
-    stack: list[tuple[object, JsonPath | None, int]] = [(value, None, 0)]
-    while stack:
-        item, path, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            deep.append(error(_spelled(path), f"nested more than {MAX_DEPTH} levels deep"))
-            continue
-        if isinstance(item, dict):
-            for name in repeated.get(id(item), ()):
-                twice.append(error(_spelled((path, name)), "sent more than once in one object"))
-            stack.extend((v, (path, k), depth + 1) for k, v in item.items())
-        elif isinstance(item, list):
-            stack.extend((v, (path, i), depth + 1) for i, v in enumerate(item))
-    if deep:  # nothing deeper is checked: the checks themselves would recurse too far
-        raise Refusal(sorted(deep + twice, key=lambda e: e["loc"]))
-    return value, sorted(twice, key=lambda e: e["loc"])
-
-
-def _spelled(path: JsonPath | None) -> str:
-    parts: list[str] = []
-    while path is not None:
-        path, key = path
-        parts.append(_printable(key) if isinstance(key, str) else str(key))
-    return ".".join(reversed(parts))
 
 
 def parse(

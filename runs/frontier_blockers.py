@@ -1,0 +1,276 @@
+"""The typed blockers of a run's pending tasks, for the whole run or a region of it. Pure."""
+
+from collections.abc import Collection, Mapping
+
+from runs.frontier_types import (
+    PREREQUISITE,
+    ROLES,
+    STOPPED,
+    TRANSACTION,
+    UNFINISHED,
+    ClaimView,
+    GraphIndex,
+    TaskNode,
+    World,
+)
+
+
+def halt_blockers(
+    nodes: Mapping[str, TaskNode], world: World, index: GraphIndex | None
+) -> tuple[str, ...]:
+    """`halt:<capability>` for each down capability that an unfinished task needs (global halt)."""
+    if world.policy != "global_halt" or not world.down:
+        return ()
+    down = world.down
+    holding: set[str] = set()
+    if index is not None:
+        for name in down:
+            if any(nodes[key].state in UNFINISHED for key in index.needs.get(name, ())):
+                holding.add(name)
+    else:
+        for node in nodes.values():
+            if node.state in UNFINISHED:
+                holding.update(c for c in (*node.capabilities, *node.reads_state_of) if c in down)
+    return tuple(f"halt:{name}" for name in sorted(holding))
+
+
+def evaluate(
+    nodes: Mapping[str, TaskNode],
+    world: World,
+    keys: Collection[str],
+    *,
+    halt: tuple[str, ...],
+    previous: Mapping[str, Collection[str]] | None,
+) -> dict[str, tuple[str, ...]]:
+    """The sorted blockers of every pending task among `keys`.
+
+    `keys` must be closed over dependants and transaction groups. Pending prerequisites outside
+    `keys` are taken as they were in `previous` (their facts did not change).
+    """
+    role_barriers = tuple(
+        f"barrier:{role}" for role in ROLES if world.roles.get(role, "") in world.down
+    )
+    blockers_of: dict[str, list[str]] = {}
+    hard: set[str] = set()  # blocked for a reason of its own or a prerequisite that stopped
+    members: dict[str, list[str]] = {}
+    for key in keys:
+        node = nodes[key]
+        if node.state != "pending":
+            continue
+        waiting, stopped = _prerequisite_blockers(nodes, node)
+        own = _own_blockers(key, node, world, role_barriers, halt)
+        if stopped or own:
+            hard.add(key)
+        blockers_of[key] = waiting + own
+        if node.transaction is not None:
+            members.setdefault(node.transaction, []).append(key)
+
+    groups = {name: keys_ for name, keys_ in members.items() if len(keys_) > 1}
+    if groups:
+        for key in _transaction_barred(nodes, keys, groups, hard, blockers_of, previous):
+            blockers_of[key].append(TRANSACTION)
+    return {
+        key: tuple(sorted(set(blockers))) if blockers else ()
+        for key, blockers in blockers_of.items()
+    }
+
+
+def _prerequisite_blockers(nodes: Mapping[str, TaskNode], node: TaskNode) -> tuple[list[str], bool]:
+    """A blocker per prerequisite not yet succeeded, and whether one of them stopped (or is not
+    in the run), which will not change without someone acting."""
+    blockers: list[str] = []
+    stopped = False
+    for prerequisite in node.prerequisites:
+        before = nodes.get(prerequisite)
+        if before is None:
+            blockers.append(PREREQUISITE + prerequisite)
+            stopped = True
+        elif before.state != "succeeded":
+            blockers.append(PREREQUISITE + prerequisite)
+            if before.state in STOPPED:
+                stopped = True
+    return blockers, stopped
+
+
+def _own_blockers(
+    key: str,
+    node: TaskNode,
+    world: World,
+    role_barriers: tuple[str, ...],
+    halt: tuple[str, ...],
+) -> list[str]:
+    """The blockers that hold a task whatever its prerequisites do: capabilities and barriers,
+    claims, open escalations and a global halt."""
+    blockers: list[str] = []
+    down = world.down
+    if down:
+        blockers.extend("capability:" + name for name in node.capabilities if name in down)
+        if any(name in down for name in node.reads_state_of):
+            blockers.append("barrier:freshness")
+    if node.effect == "external":
+        blockers.extend(role_barriers)
+        if node.dependency_confidence == "uncertain" and not node.released:
+            blockers.append("barrier:uncertain-dependency")
+    claims = world.claims
+    blockers.extend("claim:" + claim for claim in node.consumes if _blocks(claims.get(claim)))
+    if world.escalations:
+        blockers.extend("escalation:" + e for e in world.escalations.get(key, ()))
+    blockers.extend(halt)
+    return blockers
+
+
+def _blocks(view: ClaimView | None) -> bool:
+    # A refuted claim blocks even when it is not load-bearing: its consumers stay blocked.
+    return (
+        view is None
+        or view.status == "refuted"
+        or (view.load_bearing and view.status != "verified")
+    )
+
+
+def _transaction_barred(
+    nodes: Mapping[str, TaskNode],
+    keys: Collection[str],
+    groups: Mapping[str, list[str]],
+    hard: set[str],
+    blockers_of: Mapping[str, list[str]],
+    previous: Mapping[str, Collection[str]] | None,
+) -> list[str]:
+    """The pending members of a transaction group in which another pending member is blocked.
+
+    Blocked is a least fixed point grounded in real blockers: a task is blocked by a hard blocker
+    of its own, a blocked or stopped prerequisite, or a transaction barrier; a member counts for
+    its group only when it is blocked by the first two (its own cause). Grounding it this way
+    means a transaction barrier never holds itself up: when the cause clears, the group is free.
+    """
+    relevant: Collection[str]
+    seeds: set[str]
+    if previous is None:
+        # The whole run: spread from the real causes over every pending task.
+        relevant, seeds = blockers_of.keys(), set(hard)
+    else:
+        relevant, seeds = _deciders(nodes, keys, groups, hard, blockers_of, previous)
+
+    dependants_of: dict[str, list[str]] = {}
+    for key in relevant:
+        for prerequisite in nodes[key].prerequisites:
+            if prerequisite in relevant:
+                dependants_of.setdefault(prerequisite, []).append(key)
+
+    own: set[str] = set()
+    blocked: set[str] = set()
+    counted: dict[str, int] = {}
+    work: list[tuple[bool, str]] = [(True, key) for key in seeds]
+    while work:
+        is_own, key = work.pop()
+        if is_own and key not in own:
+            own.add(key)
+            transaction = nodes[key].transaction
+            if transaction is not None and transaction in groups:
+                counted[transaction] = counted.get(transaction, 0) + 1
+                if counted[transaction] == 1:
+                    work.extend((False, m) for m in groups[transaction] if m != key)
+        if key in blocked:
+            continue
+        blocked.add(key)
+        work.extend((True, dependant) for dependant in dependants_of.get(key, ()))
+
+    barred: list[str] = []
+    for transaction, group in groups.items():
+        count = counted.get(transaction, 0)
+        for key in group:
+            if count - (key in own) > 0:
+                barred.append(key)
+    return barred
+
+
+def _deciders(
+    nodes: Mapping[str, TaskNode],
+    keys: Collection[str],
+    groups: Mapping[str, list[str]],
+    hard: set[str],
+    blockers_of: Mapping[str, list[str]],
+    previous: Mapping[str, Collection[str]],
+) -> tuple[set[str], set[str]]:
+    """The tasks of a region that can decide its barriers (the members and their pending
+    ancestors in the region), and those among them blocked by a cause of their own."""
+    relevant: set[str] = set()
+    stack = [key for group in groups.values() for key in group]
+    relevant.update(stack)
+    seeds: set[str] = set()
+    outside: dict[str, bool] = {}
+    while stack:
+        key = stack.pop()
+        if key in hard:
+            seeds.add(key)
+            continue  # blocked by its own cause, whatever its prerequisites are
+        for prerequisite in nodes[key].prerequisites:
+            before = nodes.get(prerequisite)
+            if before is None or before.state != "pending":
+                continue  # stopped prerequisites are already in `hard`
+            if prerequisite in blockers_of:
+                if prerequisite not in relevant:
+                    relevant.add(prerequisite)
+                    stack.append(prerequisite)
+            elif (
+                key not in seeds
+                and prerequisite not in keys
+                and _was_blocked(nodes, prerequisite, previous, outside)
+            ):
+                seeds.add(key)
+    return relevant, seeds
+
+
+def _was_blocked(
+    nodes: Mapping[str, TaskNode],
+    key: str,
+    previous: Mapping[str, Collection[str]] | None,
+    memo: dict[str, bool],
+) -> bool:
+    """Whether a pending task outside the evaluated region was blocked, from its stored blockers.
+
+    Its facts and its ancestors' did not change, so its stored blockers still hold: a blocker
+    other than a prerequisite means blocked; otherwise it is blocked when a prerequisite is. The
+    stored blockers cannot tell waiting from blocked, so this walks up the waiting tasks above it
+    (once per call, memoised), stopping at the first blocked one.
+    """
+    stored = previous or {}
+    stack = [key]
+    expanded: set[str] = set()
+    while stack:
+        current = stack[-1]
+        if current in memo:
+            stack.pop()
+            continue
+        entry = stored.get(current)
+        # Every other kind of blocker sorts before "prerequisite:".
+        if entry and not min(entry).startswith(PREREQUISITE):
+            memo[current] = True
+            stack.pop()
+            continue
+        result = False
+        unknown: list[str] = []
+        revisit = current in expanded
+        for prerequisite in nodes[current].prerequisites:
+            before = nodes.get(prerequisite)
+            if before is None:
+                result = True
+                break
+            state = before.state
+            if state == "pending":
+                known = memo.get(prerequisite)
+                if known:
+                    result = True
+                    break
+                if known is None and not revisit:
+                    unknown.append(prerequisite)
+            elif state in STOPPED:
+                result = True
+                break
+        if result or not unknown:
+            memo[current] = result
+            stack.pop()
+        else:
+            expanded.add(current)
+            stack.extend(unknown)
+    return memo[key]

@@ -1,0 +1,120 @@
+"""The incremental frontier: re-evaluate only what one change can reach. Pure."""
+
+from collections.abc import Collection, Iterable, Mapping
+
+from runs.frontier_blockers import evaluate, halt_blockers
+from runs.frontier_types import UNFINISHED, GraphIndex, TaskNode, World
+
+
+def dependants(nodes: Mapping[str, TaskNode]) -> dict[str, tuple[str, ...]]:
+    """Reverse edges: each task's direct dependants, sorted (every task has an entry)."""
+    reverse: dict[str, list[str]] = {key: [] for key in nodes}
+    for key, node in nodes.items():
+        for prerequisite in node.prerequisites:
+            if prerequisite in reverse:
+                reverse[prerequisite].append(key)
+    return {key: tuple(sorted(set(keys))) for key, keys in reverse.items()}
+
+
+def build_index(nodes: Mapping[str, TaskNode]) -> GraphIndex:
+    groups: dict[str, list[str]] = {}
+    needs: dict[str, set[str]] = {}
+    external: list[str] = []
+    for key, node in nodes.items():
+        if node.transaction is not None:
+            groups.setdefault(node.transaction, []).append(key)
+        for name in (*node.capabilities, *node.reads_state_of):
+            needs.setdefault(name, set()).add(key)
+        if node.effect == "external":
+            external.append(key)
+    return GraphIndex(
+        dependants=dependants(nodes),
+        groups={name: tuple(sorted(keys)) for name, keys in groups.items()},
+        needs={name: tuple(sorted(keys)) for name, keys in needs.items()},
+        external=tuple(sorted(external)),
+    )
+
+
+def recompute(
+    nodes: Mapping[str, TaskNode],
+    world: World,
+    *,
+    previous: Mapping[str, Collection[str]],
+    changed: Iterable[str],
+    index: GraphIndex | None = None,
+) -> dict[str, tuple[str, ...]]:
+    """The pending tasks whose blockers differ from `previous` (`()` means now ready).
+
+    `previous` holds the stored blockers of every pending task, computed on the facts before the
+    change; `changed` names the tasks whose own facts changed (state, claims, escalations, or
+    `touched_by_capability` for a capability). Only those tasks, their descendants and their
+    transaction groups (closed under the same rule) are evaluated. Pass an `index` from
+    `build_index` to avoid rebuilding it on every call. A change in the set of capabilities that
+    holds a global halt changes every pending task, and the whole run is evaluated.
+    """
+    if index is None:
+        index = build_index(nodes)
+    halt = halt_blockers(nodes, world, index)
+    keys: Collection[str] = (
+        nodes.keys() if set(halt) != _halt_of(previous) else _reach(nodes, changed, index)
+    )
+    evaluated = evaluate(nodes, world, keys, halt=halt, previous=previous)
+    updates: dict[str, tuple[str, ...]] = {}
+    for key in sorted(evaluated):
+        before = previous.get(key)
+        if before is None or tuple(sorted(before)) != evaluated[key]:
+            updates[key] = evaluated[key]
+    return updates
+
+
+def touched_by_capability(
+    nodes: Mapping[str, TaskNode], name: str, world: World, *, index: GraphIndex | None = None
+) -> set[str]:
+    """The tasks whose own conditions mention capability `name`: the `changed` for `recompute`.
+
+    Those that require it or read its state, the external ones when it holds one of the fleet's
+    roles, and under a global halt every unfinished task.
+    """
+    if world.policy == "global_halt":
+        return {key for key, node in nodes.items() if node.state in UNFINISHED}
+    is_role = name in world.roles.values()
+    if index is not None:
+        touched = set(index.needs.get(name, ()))
+        if is_role:
+            touched.update(index.external)
+        return touched
+    return {
+        key
+        for key, node in nodes.items()
+        if name in node.capabilities
+        or name in node.reads_state_of
+        or (is_role and node.effect == "external")
+    }
+
+
+def _halt_of(previous: Mapping[str, Collection[str]]) -> set[str]:
+    # Every pending task carries the same halt blockers, so any one entry tells.
+    for blockers in previous.values():
+        return {blocker for blocker in blockers if blocker.startswith("halt:")}
+    return set()
+
+
+def _reach(nodes: Mapping[str, TaskNode], changed: Iterable[str], index: GraphIndex) -> set[str]:
+    """The changed tasks closed over dependants and transaction groups."""
+    seen = {key for key in changed if key in nodes}
+    stack = list(seen)
+    dependants_of = index.dependants
+    groups = index.groups
+    while stack:
+        key = stack.pop()
+        for dependant in dependants_of.get(key, ()):
+            if dependant not in seen:
+                seen.add(dependant)
+                stack.append(dependant)
+        transaction = nodes[key].transaction
+        if transaction is not None:
+            for member in groups.get(transaction, ()):
+                if member not in seen:
+                    seen.add(member)
+                    stack.append(member)
+    return seen

@@ -1,0 +1,88 @@
+"""The frontier's plain data: the tasks of a run, the world around them, and the result. Pure."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+TASK_STATES: Final = ("pending", "running", "succeeded", "failed", "escalated", "cancelled")
+EFFECTS: Final = ("none", "reversible", "external")
+CONFIDENCES: Final = ("declared", "uncertain")
+POLICIES: Final = ("scoped", "global_halt")
+ROLES: Final = ("authority", "observability", "rollback")
+CLAIM_STATUSES: Final = ("unverified", "verified", "refuted")
+
+# Same as Task.UNFINISHED: the states whose needs hold a global halt.
+UNFINISHED: Final = frozenset({"pending", "running", "escalated"})
+# A prerequisite in one of these states will not succeed without someone acting: it blocks.
+STOPPED: Final = frozenset({"failed", "escalated", "cancelled"})
+
+PREREQUISITE: Final = "prerequisite:"
+TRANSACTION: Final = "barrier:transaction"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskNode:
+    key: str
+    state: str = "pending"
+    prerequisites: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    reads_state_of: tuple[str, ...] = ()
+    effect: str = "none"
+    dependency_confidence: str = "declared"
+    transaction: str | None = None
+    consumes: tuple[str, ...] = ()
+    weight: int = 1
+    released: bool = False  # a reviewer released its uncertain-dependency stop boundary
+
+    def __post_init__(self) -> None:
+        if self.state not in TASK_STATES:
+            raise ValueError(f"task {self.key!r}: unknown state {self.state!r}")
+        if self.effect not in EFFECTS:
+            raise ValueError(f"task {self.key!r}: unknown effect {self.effect!r}")
+        if self.dependency_confidence not in CONFIDENCES:
+            raise ValueError(
+                f"task {self.key!r}: unknown dependency confidence {self.dependency_confidence!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    status: str  # unverified|verified|refuted
+    load_bearing: bool
+
+
+@dataclass(frozen=True)
+class World:
+    """The facts outside the graph: capabilities down, the fleet's roles, claims, escalations."""
+
+    down: frozenset[str] = frozenset()
+    roles: Mapping[str, str] = field(default_factory=dict)  # role -> capability name
+    claims: Mapping[str, ClaimView] = field(default_factory=dict)
+    escalations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # task -> open ids
+    policy: str = "scoped"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r} (one of {', '.join(POLICIES)})")
+
+
+@dataclass(frozen=True)
+class Frontier:
+    policy: str
+    ready: tuple[str, ...]
+    deferred: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphIndex:
+    """The structure of a run, built once and reused by `recompute` and `touched_by_capability`.
+
+    It depends only on the tasks' keys, prerequisites, transactions, capabilities, state reads and
+    effects, so it stays valid while states, claims, escalations and the world change; rebuild it
+    when tasks are added to the run.
+    """
+
+    dependants: Mapping[str, tuple[str, ...]]
+    groups: Mapping[str, tuple[str, ...]]  # transaction -> its members
+    needs: Mapping[str, tuple[str, ...]]  # capability -> tasks requiring it or reading its state
+    external: tuple[str, ...]  # tasks with an external effect
