@@ -2,12 +2,14 @@
 
 from django.apps import AppConfig
 
+from fleet.signals import reconciling
+
 
 class RunsConfig(AppConfig):
     name = "runs"
 
     def ready(self) -> None:
-        from fleet.signals import reconciling  # models are loaded now
+        # It imports models: only once they are loaded.
         from runs.reconcile import reenqueue
 
         reconciling.connect(reenqueue, dispatch_uid="runs.reconcile")
