@@ -9,10 +9,10 @@ from datetime import datetime
 from fleet.models import Agent
 from fleet.outbox import notify
 from runs import frontier, holds, policy, release, scheduler, task_state
-from runs.claims.by_hand import supersede_refuted
-from runs.claims.hashing import HUMAN_ANSWER, payload_hash
+from runs.claims.by_hand import answered, supersede_refuted
+from runs.claims.hashing import HUMAN_ANSWER
 from runs.context import next_attempt
-from runs.models import Attempt, Claim, Decision, Evidence, ProgressLine, Run, Task
+from runs.models import Attempt, Decision, ProgressLine, Run, Task
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,13 @@ def answer_reframe(
     """
     who = f"reviewer:{reviewer}"
     payload = {"question": question, "answer": answer, "escalation": escalation}
-    evidence = answer_claim(
-        run,
-        task,
-        who=who,
-        reviewer=reviewer,
-        statement=f"{question} — {answer}",
+    evidence = answered(
+        run_id=run.pk,
+        task=task,
         key=f"answer.escalation-{escalation}",
+        statement=f"{question} — {answer}",
+        reason=f"verified: answered by {reviewer}, a reviewer",
+        who=who,
         payload=payload,
         at=at,
     )
@@ -104,44 +104,6 @@ def answer_reframe(
     notify_reframed(run, task, attempt, decision, escalation)
     scheduler.mark_changed(run, released)
     return Reframed(decision=decision, released=released, blockers=blockers)
-
-
-def answer_claim(
-    run: Run,
-    task: Task,
-    *,
-    who: str,
-    reviewer: str,
-    statement: str,
-    key: str,
-    payload: dict[str, object],
-    at: datetime,
-) -> Evidence:
-    """A reviewer's answer is itself a verified claim: its `human_answer` evidence."""
-    claim = Claim.objects.create(
-        run=run,
-        task=task,
-        key=key,
-        statement=statement,
-        load_bearing=True,
-        status=Claim.Status.VERIFIED,
-        status_reason=f"verified: answered by {reviewer}, a reviewer",
-        posted_at=at,
-        checked_at=at,
-        checked_by=who,
-    )
-    return Evidence.objects.create(
-        claim=claim,
-        role=Evidence.Role.CHECK,
-        kind=HUMAN_ANSWER,
-        source=who,
-        payload_hash=payload_hash(payload),
-        payload=payload,
-        submitted_by=who,
-        verdict=Claim.Status.VERIFIED,
-        verdict_reason="a reviewer's answer is itself a verified claim",
-        created_at=at,
-    )
 
 
 def notify_reframed(

@@ -82,29 +82,53 @@ def supersede_refuted(*, task: Any, statement: str, evidence: dict[str, Any], at
             n += 1
         claim.key = f"{key}@refuted-{n}"
         claim.save(update_fields=["key"])
-        answer = Claim.objects.create(
+        answered(
             run_id=claim.run_id,
             task=task,
             key=key,
             statement=statement,
-            load_bearing=True,
-            status=Claim.Status.VERIFIED,
-            status_reason=f"a reviewer's answer replaces the refuted claim (now {claim.key})",
-            posted_at=at,
-            checked_at=at,
-            checked_by=evidence["source"],
-        )
-        Evidence.objects.create(
-            claim=answer,
-            role=Evidence.Role.CHECK,
-            kind=HUMAN_ANSWER,
-            source=evidence["source"],
-            payload_hash=evidence["payload_hash"],
+            reason=f"a reviewer's answer replaces the refuted claim (now {claim.key})",
+            who=evidence["source"],
             payload=evidence.get("payload"),
-            submitted_by=evidence["source"],
-            verdict=Claim.Status.VERIFIED,
-            verdict_reason="a reviewer's answer is itself a verified claim",
-            created_at=at,
+            at=at,
         )
         superseded.append(key)
     return superseded
+
+
+def answered(
+    *,
+    run_id: int,
+    task: Any,
+    key: str,
+    statement: str,
+    reason: str,
+    who: str,
+    payload: Any,
+    at: Any,
+) -> Evidence:
+    """A reviewer's answer is itself a verified claim, with its `human_answer` evidence."""
+    claim = Claim.objects.create(
+        run_id=run_id,
+        task=task,
+        key=key,
+        statement=statement,
+        load_bearing=True,
+        status=Claim.Status.VERIFIED,
+        status_reason=reason,
+        posted_at=at,
+        checked_at=at,
+        checked_by=who,
+    )
+    return Evidence.objects.create(
+        claim=claim,
+        role=Evidence.Role.CHECK,
+        kind=HUMAN_ANSWER,
+        source=who,
+        payload_hash=payload_hash(payload),
+        payload=payload,
+        submitted_by=who,
+        verdict=Claim.Status.VERIFIED,
+        verdict_reason="a reviewer's answer is itself a verified claim",
+        created_at=at,
+    )
