@@ -6,16 +6,19 @@ lost (seen as `JSONDecodeError` in the worker's log when the web process and the
 at once). Here a message is written under a name the reader skips and renamed into place.
 """
 
+import logging
 import os
 import uuid
 from time import monotonic_ns
 from typing import Any
 
 from django.conf import settings
-from kombu.exceptions import ChannelError
+from django.db import transaction
+from kombu.exceptions import ChannelError, OperationalError
 from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
+from redis.exceptions import RedisError
 
 
 class Channel(filesystem.Channel):
@@ -49,3 +52,33 @@ def countdown(seconds: float) -> float:
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
     visibility = float(options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT_S))
     return max(0.0, min(seconds, visibility / 2))
+
+
+log = logging.getLogger(__name__)
+
+# What a broker (or its Redis) being unreachable raises from a send; a task's own error in eager
+# mode is none of these, so it still propagates.
+UNREACHABLE = (OperationalError, RedisError, ConnectionError, OSError)
+
+
+def after_commit(task: Any, *args: Any, countdown: float | None = None) -> None:
+    """Enqueue `task` once the transaction commits; a broker that is down loses nothing.
+
+    The database is the truth: every task wakes work that is recorded (a frontier change, a claim
+    pending verification, an undecided attempt, a due decision or delivery), and the reconciler
+    enqueues it again. So a send that fails after commit is logged, not raised: the event was
+    applied and is answered as such, never with a 500.
+    """
+
+    def send() -> None:
+        try:
+            if countdown is None:
+                task.delay(*args)
+            else:
+                task.apply_async(args, countdown=countdown)
+        except UNREACHABLE as exc:
+            log.warning(
+                "broker unreachable, left to the reconciler: %s%r: %s", task.name, args, exc
+            )
+
+    transaction.on_commit(send)

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet import signing, tasks
-from fleet.broker import countdown
+from fleet.broker import after_commit, countdown
 from fleet.models import Delivery, DeliveryAttempt
 
 BASE_DELAY_S = 5.0
@@ -220,4 +220,4 @@ def record(delivery_id: int, number: int, response: Response) -> str:
 
 def schedule(delivery_id: int, wait: float) -> None:
     delay = countdown(wait)
-    transaction.on_commit(lambda: tasks.deliver.apply_async((delivery_id,), countdown=delay))
+    after_commit(tasks.deliver, delivery_id, countdown=delay)

@@ -65,20 +65,38 @@ def webhook_id_problem(webhook_id: str) -> str | None:
 
 
 def over_rate(agent: Agent) -> int:
-    """Seconds to wait if the agent is over its limit in the current window, else 0."""
+    """Seconds to wait if the agent is over its limit in the current window, else 0.
+
+    The count lives in the cache: with the cache unreachable the limit is not enforced (the
+    event is applied, and the outage logged once a minute), never a 500.
+    """
     window = settings.AGENT_RATE_WINDOW_SECONDS
     now = time.time()
     slot = int(now // window)
     key = f"rate:{agent.pk}:{slot}"
-    cache.add(key, 0, timeout=window * 2)
     try:
-        count = cache.incr(key)
-    except ValueError:
-        cache.set(key, 1, timeout=window * 2)
-        count = 1
+        cache.add(key, 0, timeout=window * 2)
+        try:
+            count = cache.incr(key)
+        except ValueError:
+            cache.set(key, 1, timeout=window * 2)
+            count = 1
+    except Exception as exc:  # the cache backend's own errors: redis, memcached, a file system
+        cache_unreachable(exc)
+        return 0
     if count > settings.AGENT_RATE_LIMIT:
         return max(1, math.ceil((slot + 1) * window - now))
     return 0
+
+
+_last_warned = 0.0
+
+
+def cache_unreachable(exc: Exception) -> None:
+    global _last_warned
+    if time.monotonic() - _last_warned >= 60:
+        _last_warned = time.monotonic()
+        log.warning("cache unreachable, rate limits not enforced: %s", exc)
 
 
 def actor_for(sender: Agent, data: Strict) -> Agent:

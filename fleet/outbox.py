@@ -4,10 +4,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from fleet import tasks
+from fleet.broker import after_commit
 from fleet.models import Delivery, Fleet
 
 EVENT_TYPES = (
@@ -41,5 +41,5 @@ def notify(
         payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
         next_attempt_at=now,
     )
-    transaction.on_commit(lambda: tasks.deliver.delay(delivery.pk))
+    after_commit(tasks.deliver, delivery.pk)
     return delivery

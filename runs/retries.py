@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.broker import countdown
+from fleet.broker import after_commit, countdown
 from fleet.models import Agent, Capability
 from fleet.outbox import notify
 from runs import capabilities, holds, policy, scheduler, signals, task_state, tasks
@@ -387,9 +387,7 @@ def schedule(decision: Decision, now: datetime) -> None:
     wait = (decision.not_before - now).total_seconds()
     delay = countdown(wait)
     decision_id = decision.pk
-    transaction.on_commit(
-        lambda: tasks.act_on_decision.apply_async((decision_id,), countdown=delay)
-    )
+    after_commit(tasks.act_on_decision, decision_id, countdown=delay)
 
 
 def reroute_target(run: Run, target: str) -> Agent:

@@ -7,6 +7,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from fleet.broker import after_commit
 from fleet.models import Capability, Fleet
 from fleet.outbox import notify
 from runs import frontier as rule
@@ -98,7 +99,7 @@ def mark_changed(run: Run, keys: Iterable[str] | None, *, capability: str | None
     FrontierChange.objects.create(run=run)
     changed = None if keys is None else sorted(set(keys))
     run_id = run.pk
-    transaction.on_commit(lambda: tasks.recompute.delay(run_id, changed, capability))
+    after_commit(tasks.recompute, run_id, changed, capability)
 
 
 def capability_changed(*, fleet: Fleet, name: str) -> None:
@@ -218,7 +219,7 @@ def write(
 
 def verify_after_commit(claim: Claim) -> None:
     claim_id = claim.pk
-    transaction.on_commit(lambda: tasks.verify_claim.delay(claim_id))
+    after_commit(tasks.verify_claim, claim_id)
 
 
 def attempt_flags(task: Task, number: int) -> dict[str, Any]:
@@ -252,7 +253,7 @@ def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> N
         mark_changed(run, [task.key])
     if needs_decision:
         attempt_id = attempt.pk
-        transaction.on_commit(lambda: tasks.after_attempt.delay(attempt_id))
+        after_commit(tasks.after_attempt, attempt_id)
 
 
 def settle(run: Run) -> None:

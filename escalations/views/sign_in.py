@@ -1,5 +1,6 @@
 """Signing in, with a throttle on failures, and setting a one-time password's own password."""
 
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -13,6 +14,8 @@ from django.utils import timezone
 
 from escalations.middleware import SET_PASSWORD
 from fleet.models import OneTimePassword
+
+log = logging.getLogger(__name__)
 
 LOGIN_FAILURES = 5  # per username, within the window
 LOGIN_FAILURES_PER_ADDRESS = 20
@@ -46,8 +49,10 @@ class SignInView(LoginView):
         return super().get(request, *args, **kwargs)
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # Counted before the password is checked, atomically: concurrent tries cannot all slip
+        # under the limit by reading the count before any of them adds to it.
         keys = login_keys(request)
-        if any(failures(key) >= limit for key, limit in keys):
+        if any(bump(key) > limit for key, limit in keys):
             form = self.get_form()
             form.errors.clear()
             context = self.get_context_data(form=form)
@@ -56,15 +61,8 @@ class SignInView(LoginView):
             response["Retry-After"] = str(LOGIN_WINDOW_SECONDS)
             return response
         response = super().post(request, *args, **kwargs)
-        if response.status_code == 200:  # the form was re-shown: a failed sign-in
-            for key, _ in keys:
-                cache.add(key, 0, LOGIN_WINDOW_SECONDS)
-                try:
-                    cache.incr(key)
-                except ValueError:  # expired between add and incr
-                    cache.set(key, 1, LOGIN_WINDOW_SECONDS)
-        else:
-            cache.delete(keys[0][0])
+        if response.status_code != 200:  # signed in: only failures count
+            forget(keys)
         return response
 
 
@@ -90,10 +88,13 @@ class SetPasswordView(PasswordChangeView):
 
 
 def login_keys(request: HttpRequest) -> list[tuple[str, int]]:
+    """Failures count per user *and* address (a stranger elsewhere cannot lock a reviewer out),
+    and per address (one place cannot try many users)."""
     username = str(request.POST.get("username", "")).strip().lower()[:150]
+    address = client_address(request)
     return [
-        (f"login-failures:user:{username}", LOGIN_FAILURES),
-        (f"login-failures:address:{client_address(request)}", LOGIN_FAILURES_PER_ADDRESS),
+        (f"login-failures:user:{username}:address:{address}", LOGIN_FAILURES),
+        (f"login-failures:address:{address}", LOGIN_FAILURES_PER_ADDRESS),
     ]
 
 
@@ -106,5 +107,27 @@ def client_address(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR", ""))
 
 
-def failures(key: str) -> int:
-    return int(cache.get(key, 0))
+def bump(key: str) -> int:
+    """This try, counted; 0 when the cache is unreachable: sign-in goes on, unthrottled."""
+    try:
+        cache.add(key, 0, LOGIN_WINDOW_SECONDS)
+        try:
+            return int(cache.incr(key))
+        except ValueError:  # expired between add and incr
+            cache.set(key, 1, LOGIN_WINDOW_SECONDS)
+            return 1
+    except Exception as exc:  # the cache backend's own errors
+        log.warning("cache unreachable, sign-in not throttled: %s", exc)
+        return 0
+
+
+def forget(keys: list[tuple[str, int]]) -> None:
+    """A sign-in that worked: the person's failures are forgotten, and it was no failure of the
+    address's (people behind one address sign in all day)."""
+    try:
+        cache.delete(keys[0][0])
+        cache.decr(keys[1][0])
+    except ValueError:
+        pass  # expired meanwhile
+    except Exception as exc:
+        log.warning("cache unreachable, sign-in not throttled: %s", exc)
