@@ -149,12 +149,14 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-# Security: strict by default, relaxed only where plain HTTP is the embedded default.
+# Security: strict by default, relaxed only where plain HTTP is the embedded default. In
+# production (BULKHEAD_EMBEDDED=0) cookies are Secure and HSTS is on unless turned off here.
+PRODUCTION = not envbool("BULKHEAD_EMBEDDED", "True")
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", "False")
-SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", "False")
-CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", "False")
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", str(PRODUCTION))
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", str(PRODUCTION))
 CSRF_FAILURE_VIEW = "fleet.views.csrf_failure"
-SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "0")
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0")
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
 BEHIND_PROXY = envbool("BEHIND_PROXY")

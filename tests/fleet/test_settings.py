@@ -37,6 +37,29 @@ def test_check_deploy_is_clean_under_a_production_configuration():
     assert "no issues" in done.stdout
 
 
+def security_settings(env: dict[str, str]) -> list[str]:
+    show = (
+        "from django.conf import settings as s; "
+        "print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS)"
+    )
+    done = manage("shell", "--no-imports", "-c", show, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.split()
+
+
+def test_production_is_secure_by_default_without_saying_so():
+    """With BULKHEAD_EMBEDDED=0 alone, cookies are Secure and HSTS is on; each can be turned off."""
+    bare = {
+        "BULKHEAD_EMBEDDED": "0",
+        "SECRET_KEY": PRODUCTION["SECRET_KEY"],
+        "ALLOWED_HOSTS": "bulkhead.example.com",
+    }
+    assert security_settings(bare) == ["True", "True", "31536000"]
+    off = {**bare, "SESSION_COOKIE_SECURE": "0", "SECURE_HSTS_SECONDS": "0"}
+    assert security_settings(off) == ["False", "True", "0"]
+    assert security_settings({"BULKHEAD_EMBEDDED": "1"}) == ["False", "False", "0"]
+
+
 def test_production_refuses_to_start_without_a_secret_key():
     env = {**PRODUCTION, "SECRET_KEY": ""}
     done = manage("check", env=env)
