@@ -8,12 +8,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from django.contrib.auth import get_user_model
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.datasources import too_privileged
 from fleet.models import (
     Agent,
     ApiToken,
@@ -167,6 +169,7 @@ def datasource_value(value: str) -> str:
     """A PostgreSQL DSN as given (reached only when a verifier runs), or a SQLite database's
     absolute path, from a path or a `sqlite:///` URL (the verifier opens a plain path)."""
     if value.startswith(POSTGRESQL_SCHEMES):
+        refuse_a_privileged_role(value)
         return value
     if value.startswith(SQLITE_URL):
         path_text = urllib.parse.unquote(value.removeprefix(SQLITE_URL).split("?", 1)[0])
@@ -187,6 +190,20 @@ def datasource_value(value: str) -> str:
     if header and header != SQLITE_HEADER:
         raise ValueError(f"{path} is not a SQLite database file")
     return str(path)
+
+
+def refuse_a_privileged_role(dsn: str) -> None:
+    """A verifier runs agents' queries: as a superuser they could read the server's files or stop
+    other sessions. A DSN reachable now is refused unless its role only reads; one that is not
+    reachable is checked by the verifier at each connection."""
+    try:
+        connection = psycopg.connect(dsn, connect_timeout=3)
+    except psycopg.Error:
+        return
+    with connection, connection.cursor() as cursor:
+        why = too_privileged(cursor)
+    if why:
+        raise ValueError(f"this data source's {why}")
 
 
 def workspace_value(value: str) -> str:

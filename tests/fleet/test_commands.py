@@ -316,3 +316,15 @@ def test_source_add_takes_a_host_with_a_port_or_an_address():
     for value in ("api.example.com", "127.0.0.1:8080", "[::1]:8443", "localhost"):
         assert run_command("source_add", "acme", "host", value.replace(":", "-"), value)
     assert VerificationSource.objects.filter(kind="host").count() == 4
+
+
+@pytest.mark.postgres
+def test_source_add_refuses_a_superuser_dsn_saying_how_to_make_a_read_only_role():
+    from tests.fixtures.orders import admin_dsn
+
+    run_command("fleet_create", "acme")
+    with pytest.raises(CommandError) as refused:
+        run_command("source_add", "acme", "datasource", "orders", admin_dsn())
+    message = str(refused.value)
+    assert "superuser" in message
+    assert "CREATE ROLE bulkhead_reader LOGIN" in message

@@ -26,6 +26,7 @@ from runs.claims.hashing import (
 )
 from runs.claims.hashing import test_run_payload as run_payload
 from runs.claims.verifiers import Limits, Sources, Verdict, split_sql, verify
+from tests.fixtures.orders import read_only_dsn
 
 ADMIN_DSN = os.environ.get("BULKHEAD_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 SEED_QUERY_POSTGRESQL = (
@@ -238,6 +239,25 @@ def test_a_write_or_a_second_statement_is_refused_on_sqlite(
     connection.close()
 
 
+@pytest.mark.parametrize(
+    ("query", "function"),
+    [
+        ("SELECT fts3_tokenizer('simple')", "fts3_tokenizer"),
+        ("SELECT hex(fts3_tokenizer('simple'))", "fts3_tokenizer"),
+        ("SELECT fts3_tokenizer('simple', x'00')", "fts3_tokenizer"),
+        ("SELECT load_extension('/tmp/evil')", "load_extension"),
+    ],
+)
+def test_a_function_that_reaches_outside_the_database_is_refused_on_sqlite(
+    crm_sqlite: Path, query: str, function: str
+) -> None:
+    verdict = verify(
+        columns_evidence(query, "x", [["x"]]), Sources(datasources={"crm": str(crm_sqlite)})
+    )
+    assert_unverified(verdict, f"calls {function}()", "does not allow")
+    assert "0x" not in verdict.reason  # no native pointer leaks into the claim's reason
+
+
 def test_attach_is_refused_and_creates_no_file(crm_sqlite: Path, tmp_path: Path) -> None:
     target = tmp_path / "created.sqlite3"
     for query in (f"ATTACH '{target}' AS other", f"SELECT 1; ATTACH '{target}' AS other"):
@@ -324,7 +344,7 @@ def crm_postgresql() -> Iterator[str]:
             "('Ada', 'ada@example.com'), ('Grace', 'grace@example.com')"
         )
     try:
-        yield dsn
+        yield read_only_dsn(admin, dsn)
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
@@ -923,3 +943,32 @@ def test_a_test_run_needs_a_workspace(project: Path) -> None:
     command = f"{PYTHON} check.py"
     verdict = verify(run_evidence(command), Sources(commands=frozenset({command})))
     assert_unverified(verdict, "names no workspace", "none is registered")
+
+
+def test_a_superuser_data_source_is_not_queried(crm_postgresql: str) -> None:
+    superuser = urlsplit(crm_postgresql)._replace(
+        netloc=urlsplit(ADMIN_DSN).netloc
+    ).geturl()  # the same database, as the admin role
+    verdict = verify(
+        columns_evidence("SELECT pg_read_file('/etc/hostname')", "x", [["x"]]),
+        Sources(datasources={"crm": superuser}),
+    )
+    assert_unverified(verdict, "was not queried", "superuser", "read-only role")
+
+
+@pytest.mark.parametrize(
+    ("query", "function"),
+    [
+        ("SELECT pg_read_file('/etc/hostname')", "pg_read_file"),
+        ("SELECT pg_ls_dir('.')", "pg_ls_dir"),
+        ("SELECT pg_terminate_backend(1)", "pg_terminate_backend"),
+    ],
+)
+def test_a_probe_outside_the_data_is_refused_naming_the_function(
+    crm_postgresql: str, query: str, function: str
+) -> None:
+    verdict = verify(
+        columns_evidence(query, "x", [["x"]]), Sources(datasources={"crm": crm_postgresql})
+    )
+    assert verdict.status != "verified", verdict
+    assert function in verdict.reason, verdict.reason

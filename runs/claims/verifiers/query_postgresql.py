@@ -11,6 +11,7 @@ from psycopg.types.bool import BoolLoader
 from psycopg.types.numeric import FloatLoader, IntLoader
 from psycopg.types.string import TextLoader
 
+from fleet.datasources import too_privileged
 from runs.claims.verifiers.base import Limits, _Refuted, _seconds, _Unverifiable
 
 
@@ -28,6 +29,10 @@ def _run_on_postgresql(
         ) from None
     try:
         connection.read_only = True  # every transaction opens with BEGIN READ ONLY
+        with connection.cursor() as cursor:  # checked at every connection: roles change
+            why = too_privileged(cursor)
+        if why:
+            raise _Unverifiable(f"data source {name!r} was not queried: its {why}")
         _load_values_as_text(connection)
         with connection.cursor() as cursor:
             cursor.execute(_POSTGRESQL_SESSION, {"timeout": str(timeout_ms)})

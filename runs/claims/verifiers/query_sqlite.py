@@ -25,8 +25,12 @@ def _run_on_sqlite(
         connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, min(limits.max_payload_bytes, 2**31 - 1))
         connection.setconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, True)
         connection.setconfig(sqlite3.SQLITE_DBCONFIG_TRUSTED_SCHEMA, False)
+        connection.setconfig(sqlite3.SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, False)
+        if hasattr(connection, "enable_load_extension"):  # builds without it cannot load any
+            connection.enable_load_extension(False)
         connection.execute("PRAGMA query_only = ON")
-        connection.set_authorizer(_sqlite_authorizer)
+        denied: list[str] = []
+        connection.set_authorizer(_sqlite_authorizer(denied))
         deadline = time.monotonic() + limits.query_timeout
         connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
         cursor = connection.execute(statement)
@@ -34,6 +38,11 @@ def _run_on_sqlite(
         rows = cursor.fetchmany(limits.max_rows + 1)
         return columns, rows
     except sqlite3.Error as error:
+        if denied:
+            raise _Unverifiable(
+                f"the query calls {denied[0]}(), which the verifier does not allow: it may only "
+                "read this database, so nothing was run"
+            ) from None
         raise _sqlite_failure(name, error, limits) from None
     finally:
         connection.close()
@@ -73,13 +82,36 @@ _SQLITE_READING_PRAGMAS: Final = frozenset(
 )
 
 
-def _sqlite_authorizer(
-    action: int, first: str | None, second: str | None, database: str | None, trigger: str | None
-) -> int:
+# Functions that reach outside the database or into the process: never called by a check. Their
+# one- and two-argument forms alike (fts3_tokenizer returns a native pointer with one argument).
+_SQLITE_DENIED_FUNCTIONS: Final = frozenset(
+    {"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit", "zipfile"}
+)
+
+
+def _sqlite_authorizer(denied: list[str]) -> Any:
+    """Reads only; a denied function is named in `denied` for the reason."""
+
+    def authorize(
+        action: int,
+        first: str | None,
+        second: str | None,
+        database: str | None,
+        trigger: str | None,
+    ) -> int:
+        if action == sqlite3.SQLITE_FUNCTION and (second or "").lower() in _SQLITE_DENIED_FUNCTIONS:
+            denied.append((second or "").lower())
+            return sqlite3.SQLITE_DENY
+        return _sqlite_reads_only(action, first, second)
+
+    return authorize
+
+
+def _sqlite_reads_only(action: int, first: str | None, second: str | None) -> int:
     if action in _SQLITE_READS:
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_FUNCTION:
-        return sqlite3.SQLITE_DENY if second == "load_extension" else sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA:
         pragma = (first or "").lower()
         if pragma in _SQLITE_INSPECTING_PRAGMAS:
