@@ -946,9 +946,9 @@ def test_a_test_run_needs_a_workspace(project: Path) -> None:
 
 
 def test_a_superuser_data_source_is_not_queried(crm_postgresql: str) -> None:
-    superuser = urlsplit(crm_postgresql)._replace(
-        netloc=urlsplit(ADMIN_DSN).netloc
-    ).geturl()  # the same database, as the admin role
+    superuser = (
+        urlsplit(crm_postgresql)._replace(netloc=urlsplit(ADMIN_DSN).netloc).geturl()
+    )  # the same database, as the admin role
     verdict = verify(
         columns_evidence("SELECT pg_read_file('/etc/hostname')", "x", [["x"]]),
         Sources(datasources={"crm": superuser}),
