@@ -50,6 +50,11 @@ urlpatterns = [
     path(
         "runs/<int:run_id>/claims/<int:claim_id>/check/", runs.claim_check, name="run-claim-check"
     ),
+    path(
+        "runs/<int:run_id>/claims/<int:claim_id>/load-bearing/",
+        runs.claim_load_bearing,
+        name="run-claim-load-bearing",
+    ),
     path("runs/<int:run_id>/tasks/<int:task_id>/release/", runs.task_release, name="task-release"),
     path("capabilities/", capabilities.capabilities, name="capabilities"),
     path(

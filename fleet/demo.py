@@ -18,11 +18,12 @@ from fleet.stories import (
     all_green,
     ensure_agents,
     forge_outage,
+    halted_consumer,
     hung_test_run,
     play,
     recent,
 )
-from runs.models import Blocker, Run
+from runs.models import Blocker, Halt, Run
 
 FLEET = "demo"
 # The forge stays down in the demo, so that its deferred work can be seen and released by hand
@@ -32,6 +33,7 @@ STORIES: tuple[tuple[Story, str], ...] = (
     (all_green.STORY, all_green.RUN),
     (forge_outage.STORY, forge_outage.RUN),
     (hung_test_run.STORY, hung_test_run.RUN),
+    (halted_consumer.STORY, halted_consumer.RUN),
 )
 
 
@@ -56,6 +58,13 @@ def fleet_and_people() -> Fleet:
     )
     services.source_add(
         fleet=fleet, kind="workspace", name="pricing", value=str(demo_dir / "pricing")
+    )
+    halted_consumer.build_repository(demo_dir / "orders-repo")
+    services.source_add(
+        fleet=fleet,
+        kind="workspace",
+        name=halted_consumer.WORKSPACE,
+        value=str(demo_dir / "orders-repo"),
     )
     return fleet
 
@@ -101,6 +110,7 @@ def load() -> dict[str, Any]:
             f"the hung test run ({run_state_now(fleet, hung_test_run.RUN)})": page(
                 hung_test_run.RUN
             ),
+            f"the halted consumer ({halted_now(fleet)})": page(halted_consumer.RUN),
             "the reports (as manager)": "/reports/",
         },
     }
@@ -153,3 +163,22 @@ def run_state_now(fleet: Fleet, run_key: str) -> str:
     if run is None:
         return "not loaded"
     return f"{run.state}: {run.cause[:70]}…" if run.cause else run.state
+
+
+def halted_now(fleet: Fleet) -> str:
+    run = Run.objects.filter(fleet=fleet, key=halted_consumer.RUN).first()
+    if run is None:
+        return "not loaded"
+    halted = Halt.objects.filter(task__run=run, settled_at__isnull=True).select_related("task")
+    if not halted:
+        return "nothing halted: the claim is settled"
+    held = (
+        Blocker.objects.filter(
+            task__run=run, code__in=[f"claim:{h.key}" for h in halted], cleared_at__isnull=True
+        )
+        .values("task")
+        .distinct()
+        .count()
+    )
+    first = halted[0]
+    return f"{first.task.key} halted on {first.key}; {held} task{'s' if held != 1 else ''} held"

@@ -52,7 +52,8 @@ def task_spec(task: TaskIn) -> TaskSpec:
         dependency_confidence=task.dependency_confidence,
         transaction=task.transaction,
         weight=task.weight,
-        consumes=tuple(task.consumes),
+        consumes=None if task.consumes is None else tuple(task.consumes),
+        checks=tuple(task.checks),
     )
 
 

@@ -99,7 +99,9 @@ class TaskIn(Strict):
     dependency_confidence: Literal["declared", "uncertain"] = "declared"
     transaction: Label | None = None
     weight: Annotated[int, Field(ge=0, le=1_000_000)] = 1
-    consumes: list[Name] = []
+    # Absent: it consumes its prerequisites' claims; a list (even []) replaces them.
+    consumes: list[Name] | None = None
+    checks: list[Name] = []
 
 
 class EvidenceIn(Strict):

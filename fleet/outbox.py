@@ -17,6 +17,7 @@ EVENT_TYPES = (
     "task.rerouted",
     "task.resume",
     "task.retry",
+    "task.halted",
     "packet.requested",
     "packet.returned",
     "escalation.opened",

@@ -12,6 +12,7 @@ from django.db.models import Max
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent, Capability
 from runs import scheduler
+from runs.claims import consumers
 from runs.graph import check_graph
 from runs.models import Claim, Prerequisite, Run, Task
 from runs.ownership import run_for, unknown_task
@@ -22,12 +23,22 @@ TaskEntry = tuple[int, TaskSpec | None, str | None]
 
 
 def graph_digest(tasks: Sequence[TaskSpec]) -> str:
-    """The declared graph, whatever the order of its tasks and lists (they are sets)."""
+    """The declared graph, whatever the order of its tasks and lists (they are sets).
+
+    A declaration that uses neither `checks` nor an empty `consumes` hashes as it did before
+    they existed (a run declared then is still a no-op when sent again): `checks` counts only
+    when given, and an explicit `consumes: []` is told from no `consumes` by a mark of its own.
+    """
     specs = []
     for task in sorted(tasks, key=lambda t: t.key):
         spec = asdict(task)
-        for name in ("prerequisites", "capabilities", "reads_state_of", "consumes"):
-            spec[name] = sorted(set(spec[name]))
+        if task.consumes is not None and not task.consumes:
+            spec["consumes_declared"] = True
+        if not task.checks:
+            del spec["checks"]
+        for name in ("prerequisites", "capabilities", "reads_state_of", "consumes", "checks"):
+            if name in spec:
+                spec[name] = sorted(set(spec[name] or ()))
         specs.append(spec)
     canonical = json.dumps(specs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -45,7 +56,8 @@ def stored_task_spec(task: Task, prerequisites: list[str], agent_name: str) -> T
         dependency_confidence=task.dependency_confidence,
         transaction=task.transaction or None,
         weight=task.weight,
-        consumes=tuple(task.consumes),
+        consumes=tuple(task.consumes) if task.consumes_declared else None,
+        checks=tuple(task.checks),
     )
 
 
@@ -132,7 +144,9 @@ def task_row(run: Run, spec: TaskSpec, agent: Agent, *, position: int, at: datet
         dependency_confidence=spec.dependency_confidence,
         transaction=spec.transaction or "",
         weight=spec.weight,
-        consumes=list(spec.consumes),
+        consumes=list(spec.consumes or ()),
+        consumes_declared=spec.consumes is not None,
+        checks=list(dict.fromkeys(spec.checks)),
         created_at=at,
     )
 
@@ -183,6 +197,11 @@ def tasks_add(
             status=409,
         )
     add_tasks(fleet_id=actor.fleet_id, run=found, specs=tasks, at=at)
+    if not imported:
+        # A claim posted as not load-bearing that a new task consumes is load-bearing now.
+        consumers.raise_if_consumed(
+            list(Claim.objects.filter(run=found, load_bearing=False, superseded=False))
+        )
     scheduler.mark_changed(found, [t.key for t in tasks])
     return {"run": found.key, "tasks": len(tasks)}
 

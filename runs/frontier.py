@@ -4,6 +4,10 @@
 descendants of the changed tasks, closed over transaction groups), so that a capability coming
 back costs time in proportion to the work it touches, not to the size of the run.
 
+Claims: a task consumes the claims it names in `consumes`, or, naming none, every claim posted by
+the tasks above it; the claims it `checks` never hold it; a task halted on a refuted claim holds
+its dependants (and itself) until the claim is verified again (`runs.frontier_blockers`).
+
 Everything here is iterative (no recursion), so a 10,000-deep chain is fine, and the result does
 not depend on the order of the mappings it is given.
 
@@ -14,7 +18,13 @@ This module is the rule's public face: the data lives in `runs.frontier_types`, 
 from collections.abc import Mapping
 
 from runs.frontier_blockers import evaluate, halt_blockers
-from runs.frontier_recompute import build_index, dependants, recompute, touched_by_capability
+from runs.frontier_recompute import (
+    build_index,
+    dependants,
+    recompute,
+    touched_by_capability,
+    touched_by_claim,
+)
 from runs.frontier_types import (
     CLAIM_STATUSES,
     CONFIDENCES,
@@ -54,6 +64,7 @@ __all__ = [
     "frontier",
     "recompute",
     "touched_by_capability",
+    "touched_by_claim",
 ]
 
 

@@ -1,6 +1,6 @@
 """The typed blockers of a run's pending tasks, for the whole run or a region of it. Pure."""
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from runs.frontier_types import (
     PREREQUISITE,
@@ -41,15 +41,19 @@ def evaluate(
     *,
     halt: tuple[str, ...],
     previous: Mapping[str, Collection[str]] | None,
+    dependants_of: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """The sorted blockers of every pending task among `keys`.
 
     `keys` must be closed over dependants and transaction groups. Pending prerequisites outside
-    `keys` are taken as they were in `previous` (their facts did not change).
+    `keys` are taken as they were in `previous` (their facts did not change). `dependants_of`
+    (reverse edges, as in `GraphIndex`) spares rebuilding them when claims hold a producer's
+    dependants.
     """
     role_barriers = tuple(
         f"barrier:{role}" for role in ROLES if world.roles.get(role, "") in world.down
     )
+    upstream = upstream_claims(nodes, world, keys, dependants_of)
     blockers_of: dict[str, list[str]] = {}
     hard: set[str] = set()  # blocked for a reason of its own or a prerequisite that stopped
     members: dict[str, list[str]] = {}
@@ -59,6 +63,7 @@ def evaluate(
             continue
         waiting, stopped = _prerequisite_blockers(nodes, node)
         own = _own_blockers(key, node, world, role_barriers, halt)
+        own += _claim_blockers(nodes, node, world, upstream.get(key, ()))
         if stopped or own:
             hard.add(key)
         blockers_of[key] = waiting + own
@@ -100,7 +105,7 @@ def _own_blockers(
     halt: tuple[str, ...],
 ) -> list[str]:
     """The blockers that hold a task whatever its prerequisites do: capabilities and barriers,
-    claims, open escalations and a global halt."""
+    open escalations and a global halt (its claims: `_claim_blockers`)."""
     blockers: list[str] = []
     down = world.down
     if down:
@@ -111,12 +116,31 @@ def _own_blockers(
         blockers.extend(role_barriers)
         if node.dependency_confidence == "uncertain" and not node.released:
             blockers.append("barrier:uncertain-dependency")
-    claims = world.claims
-    blockers.extend("claim:" + claim for claim in node.consumes if _blocks(claims.get(claim)))
     if world.escalations:
         blockers.extend("escalation:" + e for e in world.escalations.get(key, ()))
     blockers.extend(halt)
     return blockers
+
+
+def _claim_blockers(
+    nodes: Mapping[str, TaskNode], node: TaskNode, world: World, upstream: Collection[str]
+) -> list[str]:
+    """`claim:<key>` for each claim that holds the task, but those it exists to check:
+
+    - a claim it names in `consumes` that blocks (see `_blocks`);
+    - `upstream`: the blocking claims of the tasks it depends on, when it named no `consumes`;
+    - a claim refuted while it, or one of its prerequisites, was running on it (a halt), until
+      the claim is verified again: what that work produced is held.
+    """
+    claims = world.claims
+    found = {claim for claim in node.consumes if _blocks(claims.get(claim))}
+    if node.implicit:
+        found.update(upstream)
+    for holder in (node, *(nodes.get(p) for p in node.prerequisites)):
+        if holder is not None and holder.halted_on:
+            found.update(c for c in holder.halted_on if not _settled(claims.get(c)))
+    found.difference_update(node.checks)
+    return ["claim:" + claim for claim in found]
 
 
 def _blocks(view: ClaimView | None) -> bool:
@@ -126,6 +150,53 @@ def _blocks(view: ClaimView | None) -> bool:
         or view.status == "refuted"
         or (view.load_bearing and view.status != "verified")
     )
+
+
+def _settled(view: ClaimView | None) -> bool:
+    return view is not None and view.status == "verified"
+
+
+def upstream_claims(
+    nodes: Mapping[str, TaskNode],
+    world: World,
+    keys: Collection[str],
+    dependants_of: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, set[str]]:
+    """The blocking claims each pending task among `keys` consumes without naming them: those
+    posted by the tasks it depends on, directly or through others, if it named no `consumes`.
+
+    Only claims that block reach here (most runs have few at a time), and each is spread down
+    from its producer once: the cost is the number of tasks below the producers of blocking
+    claims, and nothing when no claim blocks or no task among `keys` consumes implicitly.
+    """
+    holding: dict[str, list[str]] = {}
+    for claim, view in world.claims.items():
+        if view.producer is not None and view.producer in nodes and _blocks(view):
+            holding.setdefault(view.producer, []).append(claim)
+    if not holding:
+        return {}
+    wanted = {k for k in keys if nodes[k].implicit and nodes[k].state == "pending"}
+    if not wanted:
+        return {}
+    if dependants_of is None:
+        reverse: dict[str, list[str]] = {}
+        for key, node in nodes.items():
+            for prerequisite in node.prerequisites:
+                reverse.setdefault(prerequisite, []).append(key)
+        dependants_of = reverse
+    found: dict[str, set[str]] = {}
+    for producer, claims in holding.items():
+        seen: set[str] = set()
+        stack = list(dependants_of.get(producer, ()))
+        while stack:
+            key = stack.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            if key in wanted:
+                found.setdefault(key, set()).update(claims)
+            stack.extend(dependants_of.get(key, ()))
+    return found
 
 
 def _transaction_barred(

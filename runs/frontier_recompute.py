@@ -46,8 +46,8 @@ def recompute(
     """The pending tasks whose blockers differ from `previous` (`()` means now ready).
 
     `previous` holds the stored blockers of every pending task, computed on the facts before the
-    change; `changed` names the tasks whose own facts changed (state, claims, escalations, or
-    `touched_by_capability` for a capability). Only those tasks, their descendants and their
+    change; `changed` names the tasks whose own facts changed (state, escalations, halts,
+    `touched_by_claim` for a claim, `touched_by_capability` for a capability). Only those tasks, their descendants and their
     transaction groups (closed under the same rule) are evaluated. Pass an `index` from
     `build_index` to avoid rebuilding it on every call. A change in the set of capabilities that
     holds a global halt changes every pending task, and the whole run is evaluated.
@@ -58,7 +58,9 @@ def recompute(
     keys: Collection[str] = (
         nodes.keys() if set(halt) != _halt_of(previous) else _reach(nodes, changed, index)
     )
-    evaluated = evaluate(nodes, world, keys, halt=halt, previous=previous)
+    evaluated = evaluate(
+        nodes, world, keys, halt=halt, previous=previous, dependants_of=index.dependants
+    )
     updates: dict[str, tuple[str, ...]] = {}
     for key in sorted(evaluated):
         before = previous.get(key)
@@ -90,6 +92,24 @@ def touched_by_capability(
         or name in node.reads_state_of
         or (is_role and node.effect == "external")
     }
+
+
+def touched_by_claim(nodes: Mapping[str, TaskNode], world: World, claim: str) -> set[str]:
+    """The tasks whose own conditions mention claim `claim`: the `changed` for `recompute`.
+
+    Those that name it in `consumes` or `checks`, those halted on it, and the task that posted
+    it, through which `recompute` reaches every task that consumes it implicitly. Pass the
+    world from before the change when the claim's producer changed (a superseded claim).
+    """
+    touched = {
+        key
+        for key, node in nodes.items()
+        if claim in node.consumes or claim in node.checks or claim in node.halted_on
+    }
+    view = world.claims.get(claim)
+    if view is not None and view.producer is not None and view.producer in nodes:
+        touched.add(view.producer)
+    return touched
 
 
 def _halt_of(previous: Mapping[str, Collection[str]]) -> set[str]:

@@ -30,9 +30,13 @@ class TaskNode:
     effect: str = "none"
     dependency_confidence: str = "declared"
     transaction: str | None = None
-    consumes: tuple[str, ...] = ()
+    consumes: tuple[str, ...] = ()  # claims it names (declared, or on task.started)
     weight: int = 1
     released: bool = False  # a reviewer released its uncertain-dependency stop boundary
+    # It declared no `consumes`: it also consumes the claims of every task it depends on.
+    implicit: bool = False
+    checks: tuple[str, ...] = ()  # claims it exists to check: they never block it
+    halted_on: tuple[str, ...] = ()  # claims refuted while it was running on them, unsettled
 
     def __post_init__(self) -> None:
         if self.state not in TASK_STATES:
@@ -49,6 +53,9 @@ class TaskNode:
 class ClaimView:
     status: str  # unverified|verified|refuted
     load_bearing: bool
+    # The task that posted it: the tasks that depend on it consume it implicitly. None for a
+    # claim nothing consumes implicitly (one a reviewer's answer superseded).
+    producer: str | None = None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,14 @@ class Task(models.Model):
     transaction = models.CharField(max_length=100, blank=True)
     weight = models.PositiveIntegerField(default=1)
     consumes = models.JSONField(default=list, blank=True)
+    consumes_declared = models.BooleanField(
+        default=False,
+        help_text="Its declaration named `consumes` (even []): the list replaces the claims of "
+        "the tasks it depends on, which it consumes otherwise.",
+    )
+    checks = models.JSONField(
+        default=list, blank=True, help_text="Claims it exists to check: it may start on them."
+    )
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     ready = models.BooleanField(default=False, help_text="In the run's safe ready frontier.")
     released = models.BooleanField(
@@ -161,6 +169,15 @@ class Claim(models.Model):
     checked_at = models.DateTimeField(null=True, blank=True)
     checked_by = models.CharField(max_length=200, blank=True)
     verification_pending = models.BooleanField(default=False)
+    raised_by = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Who made it load-bearing after its producer posted it as not: its consumers "
+        "or a reviewer.",
+    )
+    superseded = models.BooleanField(
+        default=False, help_text="A reviewer's answer took its key: nothing consumes it now."
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="claim_key_per_run")]
@@ -199,6 +216,9 @@ class ClaimUse(models.Model):
     claim = models.ForeignKey(Claim, on_delete=models.CASCADE, related_name="uses")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="claim_uses")
     at = models.DateTimeField()
+    by_check = models.BooleanField(
+        default=False, help_text="The task only read it to check it (claim.checked)."
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["claim", "task"], name="one_use_per_task")]
@@ -226,6 +246,31 @@ class Blocker(models.Model):
                 fields=["task"], condition=Q(cleared_at__isnull=True), name="open_blockers"
             ),
         ]
+
+
+class Halt(models.Model):
+    """A task was running on a claim when it was refuted: what it produced is held.
+
+    Until the claim under `key` is verified again (or a reviewer's answer takes the key), the
+    task's dependants carry `claim:<key>`, and so does the task itself if it is run again.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="halts")
+    claim = models.ForeignKey(Claim, on_delete=models.CASCADE, related_name="halts")
+    key = models.CharField(max_length=200, help_text="The claim's key when it was refuted.")
+    attempt = models.PositiveIntegerField(help_text="The attempt that was running on it.")
+    reason = models.TextField()
+    halted_at = models.DateTimeField()
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "claim"], name="one_halt_per_claim")]
+        indexes = [
+            models.Index(fields=["task"], condition=Q(settled_at__isnull=True), name="open_halts"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} halted on {self.key}"
 
 
 class Hold(models.Model):

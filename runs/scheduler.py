@@ -1,6 +1,7 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
@@ -12,7 +13,17 @@ from fleet.models import Capability, Fleet
 from fleet.outbox import notify
 from runs import frontier as rule
 from runs import holds, selectors, tasks
-from runs.models import Attempt, Blocker, Claim, Decision, FrontierChange, Prerequisite, Run, Task
+from runs.models import (
+    Attempt,
+    Blocker,
+    Claim,
+    Decision,
+    FrontierChange,
+    Halt,
+    Prerequisite,
+    Run,
+    Task,
+)
 
 HARD = ("capability:", "barrier:", "claim:", "escalation:", "halt:")
 ESCALATION = "escalation:"  # a hold the desk placed: the frontier names it as this blocker
@@ -32,10 +43,14 @@ def world_for(run: Run) -> rule.World:
         ),
         roles={role: name for name, _, role in capabilities if role},
         claims={
-            key: rule.ClaimView(status=status, load_bearing=load_bearing)
-            for key, status, load_bearing in Claim.objects.filter(run=run).values_list(
-                "key", "status", "load_bearing"
+            key: rule.ClaimView(
+                status=status,
+                load_bearing=load_bearing,
+                producer=None if superseded else producer,
             )
+            for key, status, load_bearing, producer, superseded in Claim.objects.filter(
+                run=run
+            ).values_list("key", "status", "load_bearing", "task__key", "superseded")
         },
         escalations={key: ids for key, ids in escalations.items() if ids},
         policy=run.policy,
@@ -58,11 +73,16 @@ def nodes_for(
     ):
         edges.setdefault(task_id, []).append(key)
     extra = extra_consumes or {}
+    halted: dict[int, list[str]] = {}
+    for task_id, claim in Halt.objects.filter(task__run=run, settled_at__isnull=True).values_list(
+        "task_id", "key"
+    ):
+        halted.setdefault(task_id, []).append(claim)
     nodes = {}
     for row in Task.objects.filter(run=run).values(
         "pk", "key", "state", "capabilities", "reads_state_of", "effect",
-        "dependency_confidence", "transaction", "consumes", "weight", "released", "ready",
-        "agent__name",
+        "dependency_confidence", "transaction", "consumes", "consumes_declared", "checks",
+        "weight", "released", "ready", "agent__name",
     ):  # fmt: skip
         key = row["key"]
         if meta is not None:
@@ -79,14 +99,28 @@ def nodes_for(
             consumes=tuple(dict.fromkeys([*row["consumes"], *extra.get(key, ())])),
             weight=row["weight"],
             released=row["released"],
+            implicit=not row["consumes_declared"],
+            checks=tuple(row["checks"]),
+            halted_on=tuple(sorted(halted.get(row["pk"], ()))),
         )
     return nodes
 
 
 def blockers_of(run: Run, task: Task, *, extra_consumes: Sequence[str] = ()) -> tuple[str, ...]:
-    """The task's blockers right now: the gate for task.started."""
+    """The task's blockers right now: the gate for task.started.
+
+    A claim the attempt names in `consumes` is load-bearing for it (naming it raises it), so it
+    gates the start whatever its producer said.
+    """
     nodes = nodes_for(run, extra_consumes={task.key: extra_consumes})
-    result = rule.frontier(nodes, world_for(run))
+    world = world_for(run)
+    if extra_consumes:
+        claims = dict(world.claims)
+        for key in extra_consumes:
+            if key in claims:
+                claims[key] = replace(claims[key], load_bearing=True)
+        world = replace(world, claims=claims)
+    result = rule.frontier(nodes, world)
     return result.deferred.get(task.key, ())
 
 
@@ -144,6 +178,7 @@ def recompute(
         keys |= rule.touched_by_capability(nodes, capability, world)
     updates = rule.recompute(nodes, world, previous=previous, changed=keys)
     write(run, updates, previous=previous, meta=meta)
+    settle_halts(run, nodes, world)
     # A task that left `pending` (started, escalated, cancelled) no longer waits on anything.
     Blocker.objects.filter(task__run=run, cleared_at__isnull=True).exclude(
         task__state=Task.State.PENDING
@@ -151,6 +186,20 @@ def recompute(
     FrontierChange.objects.filter(pk__in=pending_changes).delete()
     settle(run)
     return updates
+
+
+def settle_halts(run: Run, nodes: Mapping[str, rule.TaskNode], world: rule.World) -> None:
+    """Close the halts whose claim is verified again (or answered by a reviewer) now."""
+    settled = {
+        claim
+        for node in nodes.values()
+        for claim in node.halted_on
+        if (view := world.claims.get(claim)) is not None and view.status == Claim.Status.VERIFIED
+    }
+    if settled:
+        Halt.objects.filter(task__run=run, key__in=sorted(settled), settled_at__isnull=True).update(
+            settled_at=timezone.now()
+        )
 
 
 def write(

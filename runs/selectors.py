@@ -6,7 +6,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from runs import frontier, scheduler
-from runs.models import Attempt, Blocker, Decision, ProgressLine, Run, Task
+from runs.models import Attempt, Blocker, Decision, Halt, ProgressLine, Run, Task
 from runs.policy import failure_cause
 
 
@@ -22,6 +22,7 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
     blockers = {key: list(codes) for key, codes in now.deferred.items()}
     ready_now = set(now.ready)
     live = run.state == Run.State.RUNNING
+    halts = halts_by_task(run)
     return [
         {
             "key": t.key,
@@ -40,11 +41,30 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
             "dependency_confidence": t.dependency_confidence,
             "transaction": t.transaction or None,
             "consumes": t.consumes,
+            "consumes_declared": t.consumes_declared,
+            "checks": t.checks,
+            "halted": halts.get(t.pk, []),
             "started_at": t.started_at,
             "finished_at": t.finished_at,
         }
         for t in Task.objects.filter(run=run).select_related("agent").order_by("position")
     ]
+
+
+def halts_by_task(run: Run) -> dict[int, list[dict[str, Any]]]:
+    """Each task's halts, oldest first: the claims refuted while it was running on them."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for halt in Halt.objects.filter(task__run=run).order_by("halted_at", "id"):
+        found.setdefault(halt.task_id, []).append(
+            {
+                "claim": halt.key,
+                "attempt": halt.attempt,
+                "reason": halt.reason,
+                "at": halt.halted_at,
+                "settled_at": halt.settled_at,
+            }
+        )
+    return found
 
 
 def killed_records(run: Run, *, until: datetime | None = None) -> list[tuple[str, tuple[str, ...]]]:

@@ -16,7 +16,10 @@ class TaskSpec:
     dependency_confidence: str = "declared"  # declared | uncertain
     transaction: str | None = None
     weight: int = 1
-    consumes: tuple[str, ...] = ()
+    # None: not declared, so it consumes the claims of every task it depends on (fail closed);
+    # a tuple, even (), replaces that set.
+    consumes: tuple[str, ...] | None = None
+    checks: tuple[str, ...] = ()  # claims it exists to check: it may start on them unverified
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
 from runs import scheduler
-from runs.models import Artifact, Attempt, Blocker, Claim, ClaimUse, ProgressLine, Run, Task
+from runs.claims import consumers
+from runs.models import Artifact, Attempt, Blocker, Claim, Halt, ProgressLine, Run, Task
 from runs.ownership import refuse_unless_own, run_for, task_for
 from runs.specs import Outcome
 
@@ -55,7 +56,7 @@ def task_start(
     row.ready = False
     row.started_at = row.started_at or at
     row.save(update_fields=["state", "ready", "started_at"])
-    record_uses(row, list(dict.fromkeys([*row.consumes, *consumes])), at)
+    consumers.started_on(row, consumes, at, imported=imported)
     scheduler.mark_changed(found, [row.key])
     return {"run": found.key, "task": row.key, "attempt": attempt.number}
 
@@ -73,25 +74,29 @@ def refuse_unless_startable(run: Run, task: Task, consumes: Sequence[str]) -> No
         raise Refusal(
             [error("data.task", f"task {task.key!r} is not in the safe ready frontier")]
             + [error("blockers", b) for b in blockers]
-            + claim_blocker_errors(run, blockers),
+            + claim_blocker_errors(run, blockers, task=task),
             status=409,
         )
 
 
-def record_uses(task: Task, keys: Sequence[str], at: datetime) -> None:
-    claims = Claim.objects.filter(run_id=task.run_id, key__in=list(keys))
-    ClaimUse.objects.bulk_create(
-        [ClaimUse(claim=c, task=task, at=at) for c in claims], ignore_conflicts=True
-    )
-
-
-def claim_blocker_errors(run: Run, blockers: Sequence[str]) -> list[ErrorItem]:
-    """Why each `claim:<key>` blocks: unverified (and why), refuted, or never posted."""
+def claim_blocker_errors(
+    run: Run, blockers: Sequence[str], *, task: Task | None = None
+) -> list[ErrorItem]:
+    """Why each `claim:<key>` blocks: unverified (and why), refuted, or never posted; and, when
+    the task or a prerequisite was running on it when it was refuted, that it is held for that."""
     keys = [b.removeprefix("claim:") for b in blockers if b.startswith("claim:")]
     found = {
         c.key: c
         for c in Claim.objects.filter(run=run, key__in=keys).only("key", "status", "status_reason")
     }
+    held: dict[str, list[str]] = {}
+    if task is not None and keys:
+        for key, holder in Halt.objects.filter(
+            Q(task=task) | Q(task__dependant_links__task=task),
+            key__in=keys,
+            settled_at__isnull=True,
+        ).values_list("key", "task__key"):
+            held.setdefault(key, []).append(holder)
     errors = []
     for key in keys:
         claim = found.get(key)
@@ -106,6 +111,12 @@ def claim_blocker_errors(run: Run, blockers: Sequence[str]) -> list[ErrorItem]:
         else:
             why = f": {claim.status_reason}" if claim.status_reason else ""
             msg = f"{key} is {claim.status}, and a task starts only on verified claims{why}"
+        if key in held:
+            msg += (
+                f"; {', '.join(sorted(set(held[key])))} was running on it when it was refuted, "
+                f"so what it produced releases nothing until {key} is verified again or a "
+                "reviewer's answer replaces it"
+            )
         errors.append(error(f"claims.{key}", msg))
     return errors
 

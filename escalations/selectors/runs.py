@@ -23,6 +23,7 @@ def claim_rows(run: Run) -> list[dict[str, Any]]:
             "task": c.task.key,
             "statement": c.statement,
             "load_bearing": c.load_bearing,
+            "raised_by": c.raised_by or None,
             "status": c.status,
             "reason": c.status_reason,
             "posted_at": c.posted_at,

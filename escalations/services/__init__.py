@@ -3,7 +3,12 @@ state (`state`), the answer (`answer`), the other decisions (`decisions`), the r
 work (`claims`). The names below are the desk's public services."""
 
 from escalations.services.answer import Answered, escalation_answer
-from escalations.services.claims import claim_check_by_hand, claim_recheck, task_release_stop
+from escalations.services.claims import (
+    claim_check_by_hand,
+    claim_raise,
+    claim_recheck,
+    task_release_stop,
+)
 from escalations.services.decisions import (
     abort_reach,
     escalation_abort,
@@ -28,6 +33,7 @@ __all__ = [
     "Answered",
     "abort_reach",
     "claim_check_by_hand",
+    "claim_raise",
     "claim_recheck",
     "escalation_abort",
     "escalation_answer",

@@ -1,4 +1,5 @@
-"""A reviewer on the work itself: re-check a claim, verify or refute it by hand, release a stop."""
+"""A reviewer on the work itself: re-check a claim, verify or refute it by hand, make it
+load-bearing, release a stop."""
 
 from typing import Any
 
@@ -9,7 +10,7 @@ from escalations.services.state import NOTE_MAX_CHARS, refuse_unless_running
 from fleet import access
 from fleet.errors import Refusal
 from runs import task_state
-from runs.claims import recheck
+from runs.claims import consumers, recheck
 from runs.claims.by_hand import VERDICTS, check_by_hand
 from runs.models import Claim, Run, Task
 
@@ -51,6 +52,15 @@ def claim_check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str)
     if claim.status == verdict:
         raise Refusal(f"{claim.key} is already {verdict} ({claim.status_reason}).", status=409)
     return check_by_hand(claim=claim, reviewer=reviewer, verdict=verdict, note=note)
+
+
+def claim_raise(*, claim: Claim, reviewer: Any) -> Claim:
+    """A reviewer makes a claim its producer posted as not load-bearing load-bearing: it gates
+    every task that consumes it until it is verified. It is never lowered again."""
+    run = claim.run
+    refuse_unless_reviewer(reviewer, run.fleet_id, run.fleet.name)
+    refuse_unless_running(run, "raising a claim now would gate nothing.")
+    return consumers.claim_raise(claim=claim, by=f"reviewer:{reviewer.get_username()}")
 
 
 @transaction.atomic

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from escalations.models import Escalation
 from escalations.selectors.runs import run_detail, runs_of
-from escalations.services import claim_check_by_hand, task_release_stop
+from escalations.services import claim_check_by_hand, claim_raise, task_release_stop
 from fleet.access import reviews
 from fleet.errors import Refusal
 from fleet.models import Delivery
@@ -197,6 +197,21 @@ def claim_check(request: HttpRequest, run_id: int, claim_id: int) -> HttpRespons
             verdict=request.POST.get("verdict", ""),
             note=request.POST.get("note", ""),
         )
+    except Refusal as refused:
+        return back_to_run(request, found, f"claim-{claim.pk}", refused)
+    return back_to_run(request, found, f"claim-{claim.pk}")
+
+
+@login_required
+@require_POST
+def claim_load_bearing(request: HttpRequest, run_id: int, claim_id: int) -> HttpResponse:
+    """A reviewer makes a claim load-bearing."""
+    found = run_for(request, run_id)
+    claim = get_object_or_404(
+        Claim.objects.select_related("run", "run__fleet"), pk=claim_id, run=found
+    )
+    try:
+        claim_raise(claim=claim, reviewer=request.user)
     except Refusal as refused:
         return back_to_run(request, found, f"claim-{claim.pk}", refused)
     return back_to_run(request, found, f"claim-{claim.pk}")

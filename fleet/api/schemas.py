@@ -37,6 +37,18 @@ def one_of(choices: type[TextChoices], description: str | None = None) -> Any:
     return Field(description=description, json_schema_extra={"enum": list(choices.values)})
 
 
+class HaltRow(Schema):
+    """A claim refuted while the task was running on it (`task.halted`)."""
+
+    claim: str = Field(description="The claim's key: settled when a claim under it is verified.")
+    attempt: int = Field(description="The attempt that was running on it.")
+    reason: str
+    at: datetime
+    settled_at: datetime | None = Field(
+        description="When the claim was verified again or a reviewer's answer took its key."
+    )
+
+
 class TaskRow(Schema):
     """A task of the run, in declaration order."""
 
@@ -54,7 +66,18 @@ class TaskRow(Schema):
     effect: str = one_of(Task.Effect)
     dependency_confidence: str = one_of(Task.Confidence)
     transaction: str | None
-    consumes: list[str] = Field(description="Keys of the claims the task builds on.")
+    consumes: list[str] = Field(description="Keys of the claims the task names in `consumes`.")
+    consumes_declared: bool = Field(
+        description="True: it consumes exactly `consumes` (its declaration named the list, even "
+        "[]). False: also every claim posted by the tasks it depends on, directly or not."
+    )
+    checks: list[str] = Field(
+        description="Claims it exists to check: they never block it, unverified or not."
+    )
+    halted: list[HaltRow] = Field(
+        description="Claims refuted while it was running on them: until each is settled, its "
+        "dependants (and its next attempt) wait with claim:<key>."
+    )
     started_at: datetime | None
     finished_at: datetime | None
 
@@ -75,6 +98,10 @@ class ClaimRow(Schema):
     task: str = Field(description="The task that posted it.")
     statement: str
     load_bearing: bool
+    raised_by: str | None = Field(
+        description="Who made it load-bearing after its producer posted it as not: "
+        "'consumed by <tasks>', 'named by <task> on task.started' or 'reviewer:<user>'."
+    )
     status: str = one_of(Claim.Status)
     reason: str = Field(description="Why it has its status (empty while unverified).")
     posted_at: datetime

@@ -64,7 +64,7 @@ def columns_evidence(query: str, columns: list[str]) -> dict[str, object]:
 TASKS = [
     {"key": "plan", "title": "Plan tier-based discounts", "agent": "planner"},
     {"key": "confirm-schema", "title": "Confirm the schema assumptions", "agent": "schema",
-     "prerequisites": ["plan"]},
+     "prerequisites": ["plan"], "checks": [CLAIM]},
     {"key": "discount-resolver", "title": "Build the discount resolver", "agent": "coder-a",
      "prerequisites": ["confirm-schema"], "consumes": [CLAIM]},
     {"key": "api-change", "title": "Change the order API", "agent": "coder-b",

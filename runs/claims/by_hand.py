@@ -5,9 +5,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs import retries, scheduler
+from runs import halts, retries
+from runs.claims import consumers
 from runs.claims.hashing import HUMAN_ANSWER, payload_hash
-from runs.claims.posting import consumers_of
 from runs.models import Claim, Evidence
 
 VERDICTS = (Claim.Status.VERIFIED, Claim.Status.REFUTED)
@@ -20,7 +20,6 @@ def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Cl
         raise ValueError(f"a reviewer's verdict is verified or refuted, not {verdict!r}")
     # Only the claim is locked: events do not lock the run row, and neither does this.
     claim = Claim.objects.select_for_update(of=("self",)).select_related("run").get(pk=claim.pk)
-    run = claim.run
     was = claim.status
     now = timezone.now()
     who = f"reviewer:{reviewer.get_username()}"
@@ -44,22 +43,21 @@ def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Cl
     # Pending checks stay pending: the verifier still records them, but changes nothing now.
     claim.save(update_fields=["status", "status_reason", "checked_at", "checked_by"])
     if verdict == Claim.Status.REFUTED and was != Claim.Status.REFUTED:
-        retries.claim_refuted(
-            claim=claim,
-            reality=[
-                {
-                    "claim": claim.key,
-                    "statement": claim.statement,
-                    "kind": HUMAN_ANSWER,
-                    "source": who,
-                    "payload_hash": answer.payload_hash,
-                    "payload": payload,
-                    "reason": note,
-                    "checked_by": who,
-                }
-            ],
-        )
-    scheduler.mark_changed(run, consumers_of(run, claim.key))
+        reality = [
+            {
+                "claim": claim.key,
+                "statement": claim.statement,
+                "kind": HUMAN_ANSWER,
+                "source": who,
+                "payload_hash": answer.payload_hash,
+                "payload": payload,
+                "reason": note,
+                "checked_by": who,
+            }
+        ]
+        halts.halt_running_consumers(claim=claim, reality=reality)
+        retries.claim_refuted(claim=claim, reality=reality)
+    consumers.claim_changed(claim)
     return claim
 
 
@@ -75,14 +73,15 @@ def supersede_refuted(*, task: Any, statement: str, evidence: dict[str, Any], at
         task=task, status=Claim.Status.REFUTED, load_bearing=True
     ):
         key = claim.key
-        if not consumers_of(claim.run, key):
+        if not consumers.consumers_of(claim):
             continue
         n = 1
         while Claim.objects.filter(run_id=claim.run_id, key=f"{key}@refuted-{n}").exists():
             n += 1
         claim.key = f"{key}@refuted-{n}"
-        claim.save(update_fields=["key"])
-        answered(
+        claim.superseded = True  # its producer's dependants consume the answer now, not it
+        claim.save(update_fields=["key", "superseded"])
+        answer = answered(
             run_id=claim.run_id,
             task=task,
             key=key,
@@ -91,7 +90,8 @@ def supersede_refuted(*, task: Any, statement: str, evidence: dict[str, Any], at
             who=evidence["source"],
             payload=evidence.get("payload"),
             at=at,
-        )
+        ).claim
+        consumers.claim_changed(answer)  # it settles the halts on the key, too
         superseded.append(key)
     return superseded
 

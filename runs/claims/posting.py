@@ -3,11 +3,10 @@
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
 from fleet.errors import Refusal, error
 from fleet.models import Agent
 from runs import scheduler
+from runs.claims import consumers
 from runs.models import Claim, ClaimUse, Evidence, Run, Task
 from runs.ownership import find_task, refuse_unless_own, run_for, task_for, unknown_task
 from runs.specs import ClaimSpec, EvidenceSpec
@@ -61,7 +60,9 @@ def claim_post(
     found = run_for(actor.fleet_id, run)
     row = task_for(found, task, lock=False)  # posting a claim does not change the task
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
-    if Claim.objects.filter(run=found, key=claim.key).exists():
+    existing = Claim.objects.filter(run=found, key=claim.key).select_related("run").first()
+    if existing is not None:
+        refuse_lowering(existing, claim)
         raise Refusal([error("data.claim.key", f"claim {claim.key!r} was already posted")], 409)
     evidence = claim.evidence
     reason = posted_reason(evidence, imported=imported)
@@ -87,34 +88,38 @@ def claim_post(
                 AGENT_TEXT,
             )
             posted_evidence.save(update_fields=["verdict", "verdict_reason"])
-    consumers = declared_consumers(found, posted.key)
-    # Tasks already running that declared this claim consumed it from its first moment.
-    ClaimUse.objects.bulk_create(
-        [
-            ClaimUse(claim=posted, task_id=pk, at=at)
-            for pk, _, state in consumers
-            if state == Task.State.RUNNING and pk != row.pk
-        ],
-        ignore_conflicts=True,
-    )
+    consumers.record_running_uses(posted, at, imported=imported)
+    answer: dict[str, Any] = {
+        "run": found.key,
+        "claim": posted.key,
+        "status": posted.status,
+        "reason": reason,
+    }
+    if not imported and consumers.raise_if_consumed([posted]):
+        answer["load_bearing"] = True
+        answer["raised"] = posted.raised_by
     if posted.verification_pending:
         scheduler.verify_after_commit(posted)
-    scheduler.mark_changed(found, [key for _, key, _ in consumers])
-    return {"run": found.key, "claim": posted.key, "status": posted.status, "reason": reason}
+    consumers.claim_changed(posted)
+    return answer
 
 
-def declared_consumers(run: Run, key: str) -> list[tuple[int, str, str]]:
-    """(id, key, state) of the run's tasks that declare they consume claim `key`."""
-    tasks = Task.objects.filter(run=run)
-    if connection.vendor == "postgresql":  # jsonb containment, filtered in the database
-        rows = tasks.filter(consumes__contains=[key]).values_list("pk", "key", "state")
-        return list(rows)
-    every = tasks.values_list("pk", "key", "state", "consumes")
-    return [(pk, k, state) for pk, k, state, consumes in every if key in consumes]
-
-
-def consumers_of(run: Run, key: str) -> list[str]:
-    return [k for _, k, _ in declared_consumers(run, key)]
+def refuse_lowering(existing: Claim, claim: ClaimSpec) -> None:
+    """A claim someone consumes stays load-bearing: posting it again as not is a 409 naming them."""
+    if claim.load_bearing or not existing.load_bearing:
+        return
+    users = consumers.users(existing)
+    if users:
+        raise Refusal(
+            [
+                error(
+                    "data.claim.load_bearing",
+                    f"{existing.key} is load-bearing and consumed by {', '.join(users)}: "
+                    "load_bearing can be raised, never lowered once a task consumes it",
+                )
+            ],
+            409,
+        )
 
 
 def record_checker_use(claim: Claim, task: Task, at: datetime) -> None:
@@ -122,7 +127,7 @@ def record_checker_use(claim: Claim, task: Task, at: datetime) -> None:
     if task.pk == claim.task_id:
         return
     since = max(task.started_at, claim.posted_at) if task.started_at else at
-    ClaimUse.objects.get_or_create(claim=claim, task=task, defaults={"at": since})
+    ClaimUse.objects.get_or_create(claim=claim, task=task, defaults={"at": since, "by_check": True})
 
 
 def claim_check(
@@ -191,5 +196,5 @@ def record_imported_check(
         claim.checked_by = row.submitted_by
         claim.status_reason = f"{row.verdict} by {row.submitted_by} (imported)"
         claim.save(update_fields=["status", "checked_at", "checked_by", "status_reason"])
-        scheduler.mark_changed(run, consumers_of(run, claim.key))
+        consumers.claim_changed(claim)
     return {"run": run.key, "claim": claim.key, "status": claim.status, "verdict": row.verdict}

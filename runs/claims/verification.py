@@ -17,10 +17,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fleet.models import VerificationSource
-from runs import retries, scheduler
+from runs import halts, retries
+from runs.claims import consumers
 from runs.claims.hashing import HUMAN_ANSWER
 from runs.claims.judging import Change, clip, judge_check, judge_posted, reality_row
-from runs.claims.posting import consumers_of
 from runs.claims.verifiers import DEFAULT_LIMITS, Limits, Sources, Verdict, verify
 from runs.models import Claim, Evidence
 
@@ -127,7 +127,6 @@ def record(claim_id: int, verdicts: dict[int, Verdict]) -> Claim | None:
     )
     if claim is None:
         return None
-    run = claim.run
     was = claim.status
     now = timezone.now()
     reality: list[dict[str, Any]] = []
@@ -151,9 +150,10 @@ def record(claim_id: int, verdicts: dict[int, Verdict]) -> Claim | None:
         ]
     )
     if claim.status == Claim.Status.REFUTED and was != Claim.Status.REFUTED:
+        halts.halt_running_consumers(claim=claim, reality=reality)
         retries.claim_refuted(claim=claim, reality=reality)
     if claim.status != was:
-        scheduler.mark_changed(run, consumers_of(run, claim.key))
+        consumers.claim_changed(claim)
     return claim
 
 

@@ -118,15 +118,38 @@ def test_a_claim_not_posted_yet_blocks_what_builds_on_it(client, seed):
     assert {"loc": "blockers", "msg": "claim:plan.tier-source"} in refused.json()["errors"]
 
 
-def test_a_claim_that_is_not_load_bearing_informs_work_without_gating_it(client, seed):
+def test_a_claim_posted_as_not_load_bearing_that_a_task_consumes_is_raised_and_gates_it(
+    client, seed
+):
     seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
     seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
     claim = {"key": "plan.customer-tier", "statement": INVENTED, "load_bearing": False}
-    seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
+    posted = seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
     seed.planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
 
-    assert start(seed.coder_a, "discount-resolver").status_code == 202
-    assert ClaimUse.objects.filter(task__key="discount-resolver").count() == 1
+    assert posted.json()["load_bearing"] is True
+    assert posted.json()["raised"] == "consumed by api-change, discount-resolver"
+    assert start(seed.coder_a, "discount-resolver").status_code == 409
+    assert not ClaimUse.objects.filter(task__key="discount-resolver").exists()
+
+
+def test_a_claim_nothing_consumes_stays_not_load_bearing_and_informs_work_without_gating_it(
+    client, seed
+):
+    tasks = [
+        {"key": "plan", "agent": "planner"},
+        {"key": "notes", "agent": "coder-a", "prerequisites": ["plan"], "consumes": []},
+    ]
+    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, timestamp=at(0))
+    seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
+    claim = {"key": "plan.customer-tier", "statement": INVENTED, "load_bearing": False}
+    posted = seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
+    seed.planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
+
+    assert "raised" not in posted.json()
+    assert not Claim.objects.get().load_bearing
+    assert start(seed.coder_a, "notes").status_code == 202
+    assert not ClaimUse.objects.filter(task__key="notes").exists()
 
 
 def test_verified_evidence_releases_the_coders(client, seed, orders_database: OrdersDatabase):

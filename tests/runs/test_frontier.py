@@ -20,6 +20,7 @@ from runs.frontier import (
     frontier,
     recompute,
     touched_by_capability,
+    touched_by_claim,
 )
 
 Nodes = dict[str, TaskNode]
@@ -411,6 +412,9 @@ def runs(draw: st.DrawFn) -> Nodes:
             transaction=draw(st.sampled_from((None, None, "x", "y"))),
             consumes=tuple(draw(st.lists(st.sampled_from(CLAIMS), max_size=2, unique=True))),
             released=draw(st.booleans()),
+            implicit=draw(st.booleans()),
+            checks=tuple(draw(st.lists(st.sampled_from(CLAIMS), max_size=1))),
+            halted_on=tuple(draw(st.lists(st.sampled_from(CLAIMS), max_size=1))),
         )
     return nodes
 
@@ -427,7 +431,10 @@ def worlds(draw: st.DrawFn, policy: str | None = None) -> World:
         st.dictionaries(
             st.sampled_from(CLAIMS),
             st.builds(
-                ClaimView, st.sampled_from(("unverified", "verified", "refuted")), st.booleans()
+                ClaimView,
+                st.sampled_from(("unverified", "verified", "refuted")),
+                st.booleans(),
+                st.sampled_from((None, *(f"t{i}" for i in range(12)))),
             ),
         )
     )
@@ -454,14 +461,29 @@ def local_blockers(nodes: Mapping[str, TaskNode], world: World, key: str) -> set
         found |= {f"barrier:{role}" for role, c in world.roles.items() if c in world.down}
         if node.dependency_confidence == "uncertain" and not node.released:
             found.add("barrier:uncertain-dependency")
-    for claim in node.consumes:
+    above: set[str] = set()  # every task it depends on, directly or through others
+    grow = list(node.prerequisites)
+    while grow:
+        up = grow.pop()
+        if up in nodes and up not in above:
+            above.add(up)
+            grow.extend(nodes[up].prerequisites)
+    named = set(node.consumes)
+    if node.implicit:
+        named |= {c for c, view in world.claims.items() if view.producer in above}
+    for claim in named:
         view = world.claims.get(claim)
         if (
             view is None
             or view.status == "refuted"
             or (view.load_bearing and view.status != "verified")
-        ):
+        ) and claim not in node.checks:
             found.add(f"claim:{claim}")
+    for holder in (key, *node.prerequisites):
+        for claim in nodes[holder].halted_on:
+            view = world.claims.get(claim)
+            if (view is None or view.status != "verified") and claim not in node.checks:
+                found.add(f"claim:{claim}")
     found |= {f"escalation:{e}" for e in world.escalations.get(key, ())}
     return found
 
@@ -590,7 +612,9 @@ def changes(draw: st.DrawFn) -> tuple[Nodes, World, Nodes, World, set[str]]:
     escalation answered; with the `changed` a caller would pass."""
     nodes = draw(runs())
     world = draw(worlds())
-    kind = draw(st.sampled_from(("finished", "started", "capability", "claim", "escalation")))
+    kind = draw(
+        st.sampled_from(("finished", "started", "capability", "claim", "escalation", "halt"))
+    )
     new_nodes, new_world = dict(nodes), world
     changed: set[str] = set()
     if kind in ("finished", "started"):
@@ -608,8 +632,17 @@ def changes(draw: st.DrawFn) -> tuple[Nodes, World, Nodes, World, set[str]]:
     elif kind == "claim":
         claim = draw(st.sampled_from(CLAIMS))
         view = ClaimView(draw(st.sampled_from(("verified", "refuted"))), draw(st.booleans()))
+        producer = world.claims[claim].producer if claim in world.claims else None
+        view = replace(view, producer=draw(st.sampled_from((producer, *sorted(nodes)))))
         new_world = replace(world, claims={**world.claims, claim: view})
-        changed = {k for k, n in nodes.items() if claim in n.consumes}
+        # A claim posted (or superseded) changes what its producer's dependants consume.
+        changed = touched_by_claim(nodes, world, claim) | touched_by_claim(
+            new_nodes, new_world, claim
+        )
+    elif kind == "halt":
+        key = draw(st.sampled_from(sorted(nodes)))
+        new_nodes[key] = replace(nodes[key], halted_on=(draw(st.sampled_from(CLAIMS)),))
+        changed = {key}
     else:
         if not world.escalations:
             key = draw(st.sampled_from(sorted(nodes)))
