@@ -8,6 +8,9 @@ class EscalationsConfig(AppConfig):
 
     def ready(self) -> None:
         from escalations.services.packet import open_for_decision  # models are loaded now
+        from escalations.services.packet_checks import reenqueue
+        from fleet.signals import reconciling
         from runs.signals import escalation_needed
 
         escalation_needed.connect(open_for_decision, dispatch_uid="escalations.open_for_decision")
+        reconciling.connect(reenqueue, dispatch_uid="escalations.packet_checks")
