@@ -2,6 +2,7 @@
 
 from django.apps import AppConfig
 
+from fleet.signals import reconciling
 from runs.signals import escalation_needed
 
 
@@ -9,8 +10,9 @@ class EscalationsConfig(AppConfig):
     name = "escalations"
 
     def ready(self) -> None:
-        from escalations.services.packet import (
-            open_for_decision,  # it imports models: only once they are loaded
-        )
+        # They import models: only once these are loaded.
+        from escalations.services.packet import open_for_decision
+        from escalations.services.packet_checks import reenqueue
 
         escalation_needed.connect(open_for_decision, dispatch_uid="escalations.open_for_decision")
+        reconciling.connect(reenqueue, dispatch_uid="escalations.packet_checks")

@@ -8,11 +8,41 @@ from runs.models import Run, Task
 
 
 class FailurePacket(models.Model):
+    """What a reviewer reads: the agent's packet, or the one Bulkhead drafted from the attempts.
+
+    A draft (`drafted`) is stored when the retry policy escalates without a packet from the
+    agent; its `agent` is the task's, who is asked for the question. Every packet's evidence is
+    re-checked against the fleet's sources after commit (`checks`, one per evidence entry).
+    """
+
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="packets")
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="packets")
     content = models.JSONField()
-    smallest_unblocking_question = models.CharField(max_length=500)
+    smallest_unblocking_question = models.CharField(max_length=500, blank=True)
     submitted_at = models.DateTimeField()
+    drafted = models.BooleanField(
+        default=False, help_text="Drafted by Bulkhead from the attempts, not by the agent."
+    )
+    from_draft = models.JSONField(
+        default=list, blank=True, help_text="Fields the agent left to Bulkhead's draft."
+    )
+    checks = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The re-check of each evidence entry: {status, reason, payload}.",
+    )
+    checks_pending = models.BooleanField(default=False)
+    returned_note = models.TextField(
+        blank=True, help_text="The note of the reviewer who returned this packet."
+    )
+    returned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["id"], condition=models.Q(checks_pending=True), name="packet_checks_pending"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.smallest_unblocking_question

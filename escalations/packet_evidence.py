@@ -19,13 +19,17 @@ from runs.claims.hashing import payload_hash
 SOURCE_MAX_CHARS = 20_000  # the same bound as a claim's evidence source
 NAME_MAX_CHARS = 200
 
-EVIDENCE_KINDS = ("query_result", "file_read", "http_exchange", "test_run", "human_answer")
+# What a verifier can re-check; a person's answer (`human_answer`) is recorded by Bulkhead when a
+# reviewer gives it, never handed over by an agent.
+EVIDENCE_KINDS = ("query_result", "file_read", "http_exchange", "test_run")
+HUMAN_ANSWER = "human_answer"
+AGENT_SOURCE = "agent:"
 EVIDENCE_FIELDS = ("kind", "source", "payload_hash", "payload", "datasource", "workspace")
 
 _PAYLOAD_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _EVIDENCE_HINT = (
     "give at least one piece of evidence the reviewer can check "
-    "(a query result, file read, HTTP exchange, test run or human answer)"
+    "(a query result, file read, HTTP exchange or test run)"
 )
 _HASH_RULE = (
     "'sha256:' followed by the 64 lowercase hex digits of the SHA-256 of the payload's "
@@ -94,7 +98,16 @@ def evidence_entry(item: object, where: str, errors: list[PacketError]) -> dict[
 
 
 def _check_kind(item: Mapping[Any, Any], where: str, errors: list[PacketError]) -> None:
-    if "kind" not in item:
+    if "kind" in item and item["kind"] == HUMAN_ANSWER:
+        errors.append(
+            PacketError(
+                f"{where}.kind",
+                "is human_answer: a reviewer's answer is recorded by Bulkhead when a reviewer "
+                "gives it, and an agent cannot hand one over; cite the query, file, request or "
+                "test run that shows it",
+            )
+        )
+    elif "kind" not in item:
         errors.append(PacketError(f"{where}.kind", f"is required: one of {_kinds()}"))
     elif not isinstance(item["kind"], str) or item["kind"] not in EVIDENCE_KINDS:
         errors.append(
@@ -107,12 +120,19 @@ def _check_source(item: Mapping[Any, Any], where: str, errors: list[PacketError]
         errors.append(
             PacketError(
                 f"{where}.source",
-                "is required: the SQL, the file's path:start-end, the URL, the test command or "
-                "reviewer:<user>",
+                "is required: the SQL, the file's path:start-end, the URL or the test command",
             )
         )
-    else:
-        plain_text(item["source"], f"{where}.source", errors, max_chars=SOURCE_MAX_CHARS)
+        return
+    source = plain_text(item["source"], f"{where}.source", errors, max_chars=SOURCE_MAX_CHARS)
+    if source is not None and source.lower().startswith(AGENT_SOURCE):
+        errors.append(
+            PacketError(
+                f"{where}.source",
+                f"cites another agent's text ({shown(source)}), which is not evidence: point at "
+                "the query, file, request or test run that shows it",
+            )
+        )
 
 
 def _check_payload_hash(item: Mapping[Any, Any], where: str, errors: list[PacketError]) -> None:

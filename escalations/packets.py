@@ -7,7 +7,11 @@ error, each naming its field. Rules where the contract is silent:
   and an agent that ruled nothing out should say so rather than invent a hypothesis.
 - `options` may be omitted; when sent it must hold at least one option (an empty field is refused).
 - Evidence entries are evidence objects only, never bare sentences: a sentence is an assertion
-  (seed, Control 1). Payload shape and hash are the verifier's to check, not the packet's.
+  (seed, Control 1). Another agent's text (an `agent:` source) and a person's answer
+  (`human_answer`, which Bulkhead records when a reviewer gives it) are refused, naming the
+  entry. Payload shape and hash are the verifier's to check, not the packet's.
+- `task` is free text: the task's key or its description in words (the event's `data.task`
+  names the task).
 - One question: exactly one sentence ending in "?" once inline code is set aside; "a?b" inside a
   word or `x?` in backticks does not count, "Really??" counts once.
 - A packet is not a transcript: no transcript-like fields, at most `LIST_MAX_ITEMS` entries a list,

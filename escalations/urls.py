@@ -24,6 +24,11 @@ urlpatterns = [
     path("reports/<str:table>.csv", reports.reports_csv, name="reports-csv"),
     path("escalations/<int:escalation_id>/", packet.packet, name="packet"),
     path("escalations/<int:escalation_id>/status/", packet.packet_status, name="packet-status"),
+    path(
+        "escalations/<int:escalation_id>/evidence/",
+        packet.packet_evidence,
+        name="packet-evidence",
+    ),
     path("escalations/<int:escalation_id>/claim/", packet.claim, name="claim"),
     path("escalations/<int:escalation_id>/release/", packet.release, name="release"),
     path("escalations/<int:escalation_id>/answer/", answer.answer, name="answer"),

@@ -1,4 +1,4 @@
-"""The demo fleet: the seeds' three stories played through the signed intake (idempotent)."""
+"""The demo fleet: the seeds' stories played through the signed intake (idempotent)."""
 
 import io
 from typing import Any
@@ -22,6 +22,7 @@ from fleet.stories import (
     hung_test_run,
     play,
     recent,
+    tier_thresholds,
 )
 from runs.models import Blocker, Halt, Run
 
@@ -34,6 +35,7 @@ STORIES: tuple[tuple[Story, str], ...] = (
     (forge_outage.STORY, forge_outage.RUN),
     (hung_test_run.STORY, hung_test_run.RUN),
     (halted_consumer.STORY, halted_consumer.RUN),
+    (tier_thresholds.STORY, tier_thresholds.RUN),
 )
 
 
@@ -111,6 +113,9 @@ def load() -> dict[str, Any]:
                 hung_test_run.RUN
             ),
             f"the halted consumer ({halted_now(fleet)})": page(halted_consumer.RUN),
+            f"the tier thresholds ({drafted_now(fleet, tier_thresholds.RUN)})": escalation_page(
+                fleet, tier_thresholds.RUN
+            ),
             "the reports (as manager)": "/reports/",
         },
     }
@@ -156,6 +161,26 @@ def forge_now(fleet: Fleet) -> str:
     )
     done = run.tasks.filter(state="succeeded").count()
     return f"{done} tasks done, {deferred} waiting with capability:forge"
+
+
+def drafted_now(fleet: Fleet, run_key: str) -> str:
+    escalation = (
+        Escalation.objects.filter(fleet=fleet, run__key=run_key)
+        .select_related("packet")
+        .order_by("-id")
+        .first()
+    )
+    if escalation is None:
+        return "not loaded"
+    packet = escalation.packet
+    if packet is not None and packet.drafted:
+        return f"escalation {escalation.pk}: a packet Bulkhead drafted from the attempts"
+    return f"escalation {escalation.pk} is {escalation.status}"
+
+
+def escalation_page(fleet: Fleet, run_key: str) -> str:
+    escalation = Escalation.objects.filter(fleet=fleet, run__key=run_key).order_by("-id").first()
+    return f"/escalations/{escalation.pk}/" if escalation else "/escalations/"
 
 
 def run_state_now(fleet: Fleet, run_key: str) -> str:

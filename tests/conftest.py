@@ -444,6 +444,7 @@ def worker_idle() -> bool:
     """Nothing queued or outstanding, and no task running (so none is still committing)."""
     from django.conf import settings
 
+    from escalations.models import FailurePacket
     from runs.models import Claim, FrontierChange
 
     if settings.CELERY_BROKER_URL.startswith("redis"):
@@ -454,7 +455,9 @@ def worker_idle() -> bool:
         # The celery queue only: the broadcast below also leaves one for each killed worker.
         queued = len(list((settings.BROKER_DIR / "queue").glob("*.celery.msg")))
     busy = (
-        FrontierChange.objects.exists() or Claim.objects.filter(verification_pending=True).exists()
+        FrontierChange.objects.exists()
+        or Claim.objects.filter(verification_pending=True).exists()
+        or FailurePacket.objects.filter(checks_pending=True).exists()
     )
     if queued or busy:
         return False

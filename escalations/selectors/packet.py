@@ -4,27 +4,15 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
-
 from escalations.models import Answer, Escalation, FailurePacket
+from escalations.packet_draft import missing_fields
+from escalations.selectors.attempts import claims_of_task, recorded_attempts
+from escalations.selectors.evidence import evidence_rows
 from escalations.selectors.radius import radii_for
 from fleet.models import Agent, Delivery
 from runs import frontier, scheduler
-from runs.models import Artifact, Claim, ClaimUse, Decision, Evidence, Run, Task
+from runs.models import Artifact, Claim, Decision, Evidence, Run, Task
 from runs.release import released_by
-
-
-def claims_of_task(task: Task) -> list[Claim]:
-    """The claims a task posted, and those it consumed or declared it would."""
-    used = ClaimUse.objects.filter(task=task).values_list("claim_id", flat=True)
-    return list(
-        Claim.objects.filter(
-            Q(task=task) | Q(run_id=task.run_id, key__in=list(task.consumes)) | Q(pk__in=used)
-        )
-        .select_related("task")
-        .prefetch_related("evidence")
-        .order_by("posted_at", "id")
-    )
 
 
 def release_preview(escalation: Escalation) -> list[str]:
@@ -53,7 +41,8 @@ def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
     """Everything the packet page shows, the question first."""
     task = escalation.task
     run = escalation.run
-    content = escalation.packet.content if escalation.packet else {}
+    packet = escalation.packet
+    content = packet.content if packet else {}
     if not isinstance(content, dict):
         content = {}
     claims = claims_of_task(task)
@@ -66,11 +55,18 @@ def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
     else:
         release = list(answer.released) if answer else []
     agents = dict(Task.objects.filter(run=run, key__in=release).values_list("key", "agent__name"))
+    tried = [str(t) for t in content.get("tried") or []]
     return {
         "question": content.get("smallest_unblocking_question") or "",
-        "tried": [str(t) for t in content.get("tried") or []],
+        "drafted": bool(packet and packet.drafted),
+        "from_draft": list(packet.from_draft) if packet else [],
+        "missing_words": asked_for(missing_fields(content)) if packet and packet.drafted else "",
+        "tried": tried,
+        # Beside the agent's account, what Bulkhead recorded (the draft is that record already).
+        "attempts": recorded_attempts(task, [] if packet and packet.drafted else tried),
         "ruled_out": [r for r in content.get("ruled_out") or [] if isinstance(r, dict)],
-        "evidence": [e for e in content.get("evidence") or [] if isinstance(e, dict)],
+        "evidence": evidence_rows(packet),
+        "checks_pending": bool(packet and packet.checks_pending),
         "options": [str(o) for o in content.get("options") or []],
         "claims": claim_rows,
         "release": [{"key": k, "agent": agents.get(k, "")} for k in release],
@@ -85,6 +81,19 @@ def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
         ),
         "is_open": is_open,
     }
+
+
+MISSING_WORDS = {
+    "smallest_unblocking_question": "the smallest unblocking question",
+    "tried": "what it tried",
+    "evidence": "evidence a verifier can re-check",
+}
+
+
+def asked_for(missing: tuple[str, ...]) -> str:
+    """What the draft leaves to the agent, as the page says it."""
+    words = [MISSING_WORDS.get(name, name) for name in missing]
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 def blast_of(run: Run, claim_rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,7 +145,15 @@ def history_of(escalation: Escalation) -> list[dict[str, Any]]:
                 "what": f"packet from {p.agent.name}",
                 "detail": p.smallest_unblocking_question,
             }
-            for p in FailurePacket.objects.filter(task=task).select_related("agent")
+            for p in FailurePacket.objects.filter(task=task, drafted=False).select_related("agent")
+        ),
+        *(
+            {
+                "at": p.submitted_at,
+                "what": "packet drafted by Bulkhead from the attempts",
+                "detail": f"{p.agent.name} was asked for the question",
+            }
+            for p in FailurePacket.objects.filter(task=task, drafted=True).select_related("agent")
         ),
         *escalation_history(task),
         *delivery_history(escalation),

@@ -123,6 +123,7 @@ QUEUE_COLUMNS = (
     "fleet_id",
     "fleet__name",
     "packet__smallest_unblocking_question",
+    "packet__drafted",
 )
 
 
@@ -215,6 +216,7 @@ def shown(row: dict[str, Any], now: datetime) -> dict[str, Any]:
         row["status"] = Escalation.Status.OPEN
     row["claimed_by"] = row["claimed_by__username"] if claimed else None
     row["question"] = row["packet__smallest_unblocking_question"] or ""
+    row["drafted"] = bool(row["packet__drafted"])
     row["age"] = now - row["opened_at"]
     return row
 

@@ -4,6 +4,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from escalations.models import Escalation
+from escalations.packet_draft import missing_fields
 from escalations.selectors.radius import radii_for
 from fleet.access import member_fleet_ids
 from runs.models import Claim, ProgressLine, Run
@@ -34,7 +36,43 @@ def claim_rows(run: Run) -> list[dict[str, Any]]:
     ]
 
 
+# An escalation that waits: on a reviewer (open, claimed), or on the agent's better packet.
+WAITING = (*Escalation.OPEN_STATES, Escalation.Status.RETURNED)
+
+
+def waiting_escalations(run: Run) -> dict[str, dict[str, Any]]:
+    """Each task's waiting escalation, by task key, as an agent finds it without the callback:
+    its id and status, the question (None while the packet is Bulkhead's draft), and what the
+    agent still has to send (the draft's missing fields, or the field a reviewer returned)."""
+    latest: dict[int, Escalation] = {}
+    for e in Escalation.objects.filter(run=run).select_related("task", "packet").order_by("id"):
+        latest[e.task_id] = e  # a task's latest escalation is the one that can still wait
+    found: dict[str, dict[str, Any]] = {}
+    for e in latest.values():
+        if e.status not in WAITING:
+            continue
+        packet = e.packet
+        drafted = packet is not None and packet.drafted
+        returned = e.status == Escalation.Status.RETURNED
+        if returned:
+            missing = [e.returned_reason.split(":", 1)[0]] if e.returned_reason else []
+        elif packet is None or drafted:
+            missing = list(missing_fields(packet.content if packet else {}))
+        else:
+            missing = []
+        found[e.task.key] = {
+            "id": e.pk,
+            "status": e.status,
+            "question": (packet.smallest_unblocking_question or None) if packet else None,
+            "drafted": drafted,
+            "missing": missing,
+            "note": (e.returned_reason or None) if returned else None,
+        }
+    return found
+
+
 def run_detail(run: Run) -> dict[str, Any]:
+    waiting = waiting_escalations(run)
     return {
         "run": run.key,
         "fleet": run.fleet.name,
@@ -44,7 +82,7 @@ def run_detail(run: Run) -> dict[str, Any]:
         "cause": run.cause or None,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
-        "tasks": task_rows(run),
+        "tasks": [{**row, "escalation": waiting.get(row["key"])} for row in task_rows(run)],
         "claims": claim_rows(run),
         "decisions": decision_rows(run),
         "progress": [

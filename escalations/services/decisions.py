@@ -5,7 +5,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from escalations.models import Escalation
+from escalations.models import Escalation, FailurePacket
 from escalations.services.state import (
     NOTE_MAX_CHARS,
     PACKET_FIELDS,
@@ -73,6 +73,11 @@ def escalation_return(
         raise Refusal(f"Say what is missing from {field}: the agent reads it.", status=422)
     escalation.returned_reason = f"{field}: {note[:NOTE_MAX_CHARS]}"
     close(escalation, reviewer, Escalation.Status.RETURNED, now)
+    # The same packet sent back unchanged is refused, naming this note.
+    if escalation.packet_id is not None:
+        FailurePacket.objects.filter(pk=escalation.packet_id).update(
+            returned_note=escalation.returned_reason, returned_at=now
+        )
     notify(
         run.fleet,
         "packet.returned",

@@ -1,10 +1,15 @@
-"""Failure packets in: an agent stops and hands one over, or the retry policy escalates and asks."""
+"""Failure packets in: an agent stops and hands one over, or the retry policy escalates and
+Bulkhead drafts one from the attempts, asking the agent only for what is missing."""
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from escalations.models import Escalation, FailurePacket
+from escalations.packet_draft import DRAFTED_FIELDS, missing_fields
 from escalations.packets import Packet, validate_packet
+from escalations.selectors.attempts import draft_for
+from escalations.services import packet_checks
 from escalations.services.state import open_escalation, reopen
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
@@ -14,18 +19,16 @@ from runs.models import Attempt, Decision, Task
 from runs.ownership import refuse_unless_own, run_for, task_for
 
 
-def checked_packet(packet: object, task: object) -> tuple[Packet | None, list[ErrorItem]]:
-    """The packet if it is good, else every error, each naming its field (and a wrong task)."""
+def checked_packet(packet: object) -> tuple[Packet | None, list[ErrorItem]]:
+    """The packet if it is good, else every error, each naming its field."""
     checked = validate_packet(packet, loc="data.packet")
     if isinstance(checked, list):
         return None, [error(e.loc, e.msg) for e in checked]
-    if isinstance(task, str) and checked.task != task:
-        return None, [error("data.packet.task", f"names task {checked.task!r}, not {task!r}")]
     return checked, []
 
 
 def packet_errors(packet: object, task: object) -> list[ErrorItem]:
-    return checked_packet(packet, task)[1]
+    return checked_packet(packet)[1]
 
 
 def packet_submit(
@@ -37,25 +40,33 @@ def packet_submit(
     packet: dict[str, Any],
     sender: Agent | None = None,
 ) -> dict[str, Any]:
-    """A packet is how an agent stops: it opens (or fills) the task's escalation."""
+    """A packet is how an agent stops: it opens (or fills) the task's escalation.
+
+    After the retry policy escalated, Bulkhead's draft is there: the agent may send only what
+    is missing (the question) and the draft gives the rest; whatever it sends replaces the
+    draft's. `task` is the task's key or its description in words (`data.task` names the task).
+    """
     try:
         found = run_for(actor.fleet_id, run)
         row = task_for(found, task)
     except Refusal as exc:
         raise Refusal(exc.errors + packet_errors(packet, task), exc.status) from None
     refuse_unless_own(task=row, actor=actor, sender=sender)
-    checked, errors = checked_packet(packet, row.key)
+    escalation, action = escalation_for_packet(row)
+    draft = escalation.packet if escalation is not None else None
+    content, from_draft = completed(packet, draft if draft is not None and draft.drafted else None)
+    checked, errors = checked_packet(content)
     if checked is None:
         raise Refusal(errors)
+    refuse_another_tasks_key(checked, row)
     if row.state in (Task.State.SUCCEEDED, Task.State.CANCELLED):
         raise Refusal(
             [error("data.task", f"task {row.key!r} is {row.state}; nothing to escalate")], 409
         )
-    escalation, action = escalation_for_packet(row)
     if (
         escalation is not None
         and escalation.packet is not None
-        and escalation.packet.content == packet
+        and escalation.packet.content == content
         and action == "replaced"
     ):
         # The agent sent the same packet again (a retry): nothing changes.
@@ -65,13 +76,17 @@ def packet_submit(
             "escalation": escalation.pk,
             "packet": "unchanged",
         }
+    refuse_a_returned_packet(checked, row)
     stored = FailurePacket.objects.create(
         task=row,
         agent=actor,
-        content=packet,
+        content=content,
         smallest_unblocking_question=checked.smallest_unblocking_question,
         submitted_at=at,
+        from_draft=from_draft,
+        checks_pending=bool(checked.evidence),
     )
+    packet_checks.check_after_commit(stored)
     if escalation is None:
         escalation = open_escalation(
             run=found,
@@ -94,6 +109,59 @@ def packet_submit(
     return {"run": found.key, "task": row.key, "escalation": escalation.pk, "packet": action}
 
 
+def completed(packet: object, draft: FailurePacket | None) -> tuple[object, list[str]]:
+    """The agent's packet with what it left out taken from Bulkhead's draft, and which fields."""
+    if draft is None or not isinstance(packet, Mapping) or not isinstance(draft.content, dict):
+        return packet, []
+    taken = [name for name in ("task", *DRAFTED_FIELDS) if name not in packet]
+    if not taken:
+        return packet, []
+    return {**{name: draft.content.get(name) for name in taken}, **packet}, taken
+
+
+def refuse_another_tasks_key(packet: Packet, task: Task) -> None:
+    """`task` in words is fine; another task's key is a packet sent to the wrong task."""
+    if packet.task == task.key:
+        return
+    if Task.objects.filter(run_id=task.run_id, key=packet.task).exists():
+        raise Refusal(
+            [
+                error(
+                    "data.packet.task",
+                    f"names task {packet.task!r}, not {task.key!r}: send the packet for the task "
+                    "it is about (its key or its description in words)",
+                )
+            ]
+        )
+
+
+def comparable(content: object) -> object:
+    """A packet as a reviewer reads it: trimmed, and whatever `task` says in words."""
+    checked = validate_packet(content)
+    if isinstance(checked, list):
+        return content
+    shown = checked.as_json()
+    del shown["task"]
+    return shown
+
+
+def refuse_a_returned_packet(packet: Packet, task: Task) -> None:
+    """A packet a reviewer returned, sent again unchanged, is refused naming the return's note."""
+    new = comparable(packet.as_json())
+    returned = FailurePacket.objects.filter(task=task, returned_at__isnull=False)
+    for old in returned.order_by("-returned_at", "-id"):
+        if comparable(old.content) == new:
+            raise Refusal(
+                [
+                    error(
+                        "data.packet",
+                        "is the packet a reviewer returned, unchanged; the return's note: "
+                        f"{old.returned_note!r}. Change what the note asks for and send it again",
+                    )
+                ]
+            )
+
+
 def notify_opened(escalation: Escalation, packet: Packet, *, reopened: bool) -> None:
     notify(
         escalation.run.fleet,
@@ -104,6 +172,7 @@ def notify_opened(escalation: Escalation, packet: Packet, *, reopened: bool) -> 
             "task": escalation.task.key,
             "question": packet.smallest_unblocking_question,
             "reopened": reopened,
+            "drafted": False,
         },
     )
 
@@ -120,7 +189,9 @@ def escalation_for_packet(task: Task) -> tuple[Escalation | None, str]:
         escalations.filter(task=task, status__in=Escalation.OPEN_STATES).order_by("id").first()
     )
     if waiting is not None:
-        return waiting, "replaced" if waiting.packet_id else "filled"
+        # Bulkhead's draft is filled by the agent's packet, not replaced.
+        has_own = waiting.packet is not None and not waiting.packet.drafted
+        return waiting, "replaced" if has_own else "filled"
     latest = escalations.filter(task=task).order_by("-id").first()
     if latest is not None and latest.status == Escalation.Status.RETURNED:
         return latest, "reopened"
@@ -128,16 +199,18 @@ def escalation_for_packet(task: Task) -> tuple[Escalation | None, str]:
 
 
 def open_for_decision(*, decision: Decision, attempt: Attempt, **_: Any) -> Escalation:
-    """The retry policy escalated: open the task's escalation (or find the open one), and ask
-    its agent for a packet unless one came with this attempt. Runs in the deciding transaction."""
+    """The retry policy escalated: open the task's escalation (or find the open one). Unless a
+    packet came with this attempt, Bulkhead drafts one from the attempts, shown at once, and
+    asks the agent only for what is missing. Runs in the deciding transaction."""
     run, task = decision.run, decision.task
     packet = (
-        FailurePacket.objects.filter(task=task, submitted_at__gte=attempt.started_at)
+        FailurePacket.objects.filter(task=task, drafted=False, submitted_at__gte=attempt.started_at)
         .order_by("-submitted_at")
         .first()
     )
     escalation = (
         Escalation.objects.filter(task=task, status__in=Escalation.OPEN_STATES)
+        .select_related("packet")
         .order_by("opened_at")
         .first()
     )
@@ -145,7 +218,7 @@ def open_for_decision(*, decision: Decision, attempt: Attempt, **_: Any) -> Esca
         escalation = open_escalation(
             run=run,
             task=task,
-            packet=packet,
+            packet=packet or store_draft(task, at=decision.created_at),
             reason=decision.reason,
             attempt_number=attempt.number,
             at=decision.created_at,
@@ -159,9 +232,14 @@ def open_for_decision(*, decision: Decision, attempt: Attempt, **_: Any) -> Esca
                 "task": task.key,
                 "reason": decision.reason,
                 "question": packet.smallest_unblocking_question if packet else None,
+                "drafted": packet is None,
             },
         )
-    if packet is None and escalation.packet_id is None:
+    elif packet is None and escalation.packet is None:
+        escalation.packet = store_draft(task, at=decision.created_at)
+        escalation.save(update_fields=["packet"])
+    current = escalation.packet
+    if packet is None and current is not None and current.drafted:
         notify(
             run.fleet,
             "packet.requested",
@@ -172,6 +250,24 @@ def open_for_decision(*, decision: Decision, attempt: Attempt, **_: Any) -> Esca
                 "agent": task.agent.name,
                 "attempt": attempt.number,
                 "reason": decision.reason,
+                "missing": list(missing_fields(current.content)),
+                "draft": current.content,
             },
         )
     return escalation
+
+
+def store_draft(task: Task, *, at: datetime) -> FailurePacket:
+    """Bulkhead's packet for the task, from what it recorded; its evidence is re-checked."""
+    draft = draft_for(task)
+    stored = FailurePacket.objects.create(
+        task=task,
+        agent=task.agent,
+        content=draft.content,
+        smallest_unblocking_question="",
+        submitted_at=at,
+        drafted=True,
+        checks_pending=bool(draft.content["evidence"]),
+    )
+    packet_checks.check_after_commit(stored)
+    return stored

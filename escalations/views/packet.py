@@ -374,3 +374,13 @@ def check_by_hand(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -
         anchor=f"claim-{claim.pk}",
         about={"claim": str(claim.pk)},
     )
+
+
+@login_required
+@require_GET
+def packet_evidence(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
+    """The packet's evidence, polled while its re-check runs; 286 once every entry has a verdict."""
+    escalation = escalation_for(request, escalation_id)
+    context = packet_context(request, escalation)
+    status = 200 if context["view"]["checks_pending"] else 286
+    return render(request, "escalations/packet.html#evidence", context, status=status)

@@ -27,6 +27,7 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
     if escalation is None:
         raise HttpError(404, f"no escalation {escalation_id}")
     answer = getattr(escalation, "answer", None)
+    packet = escalation.packet
     return {
         "id": escalation.pk,
         "run": escalation.run.key,
@@ -34,8 +35,15 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
         "status": escalation.status,
         "reason": escalation.reason,
         "opened_at": escalation.opened_at,
-        "question": escalation.packet.smallest_unblocking_question if escalation.packet else None,
-        "packet": escalation.packet.content if escalation.packet else None,
+        "question": (packet.smallest_unblocking_question or None) if packet else None,
+        "packet": packet.content if packet else None,
+        "drafted": bool(packet and packet.drafted),
+        "from_draft": list(packet.from_draft) if packet else [],
+        "checks_pending": bool(packet and packet.checks_pending),
+        "checks": [
+            {"status": c.get("status"), "reason": c.get("reason"), "payload": c.get("payload")}
+            for c in (packet.checks if packet and not packet.checks_pending else [])
+        ],
         "claimed_by": escalation.claimed_by.get_username() if escalation.claimed_by else None,
         "answer": {
             "text": answer.text,

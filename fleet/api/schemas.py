@@ -49,6 +49,30 @@ class HaltRow(Schema):
     )
 
 
+class WaitingEscalation(Schema):
+    """The task's escalation while it waits: on a reviewer, or on the agent's (better) packet."""
+
+    id: int = Field(description="GET /api/v1/escalations/<id> has its packet.")
+    status: str = Field(
+        description="open or claimed (a reviewer has it), or returned (the agent sends a better "
+        "packet).",
+        json_schema_extra={"enum": ["open", "claimed", "returned"]},
+    )
+    question: str | None = Field(
+        description="The packet's smallest unblocking question; null while the packet is "
+        "Bulkhead's draft, which leaves the question to the agent."
+    )
+    drafted: bool = Field(
+        description="The packet is Bulkhead's draft from the attempts; the agent's replaces it."
+    )
+    missing: list[str] = Field(
+        description="What the agent still has to send in packet.submitted: the draft's missing "
+        "fields (smallest_unblocking_question, and tried or evidence if Bulkhead had none), or "
+        "the field a reviewer returned the packet for."
+    )
+    note: str | None = Field(description="The reviewer's note, when the packet was returned.")
+
+
 class TaskRow(Schema):
     """A task of the run, in declaration order."""
 
@@ -80,6 +104,9 @@ class TaskRow(Schema):
     )
     started_at: datetime | None
     finished_at: datetime | None
+    escalation: WaitingEscalation | None = Field(
+        description="The task's waiting escalation, if it has one."
+    )
 
 
 class BlastRadius(Schema):
@@ -194,6 +221,21 @@ class AnswerOut(Schema):
     at: datetime
 
 
+class EvidenceCheck(Schema):
+    """What Bulkhead's re-check of one packet evidence entry found, in the entries' order."""
+
+    status: str = Field(
+        description="verified (reality matches its hash), refuted (it differs) or unverified "
+        "(nothing could re-check it; reason says why).",
+        json_schema_extra={"enum": ["verified", "refuted", "unverified"]},
+    )
+    reason: str
+    payload: dict[str, Any] | None = Field(
+        description="What reality gave (rows, lines, exit code, status), cut when long; null "
+        "when nothing was read."
+    )
+
+
 class EscalationOut(Schema):
     """An escalation with its failure packet and, once answered, the answer."""
 
@@ -204,6 +246,19 @@ class EscalationOut(Schema):
     reason: str = Field(description="Why the work was escalated.")
     opened_at: datetime
     question: str | None = Field(description="The packet's smallest unblocking question.")
-    packet: dict[str, Any] | None = Field(description="The failure packet as the agent sent it.")
+    packet: dict[str, Any] | None = Field(
+        description="The failure packet: as the agent sent it, with any field it left to "
+        "Bulkhead's draft filled in from the draft; or Bulkhead's draft itself."
+    )
+    drafted: bool = Field(
+        description="The packet is Bulkhead's draft from the attempts (its question is empty)."
+    )
+    from_draft: list[str] = Field(
+        description="Fields of the agent's packet taken from Bulkhead's draft."
+    )
+    checks_pending: bool = Field(description="The packet's evidence is being re-checked.")
+    checks: list[EvidenceCheck] = Field(
+        description="The re-check of each evidence entry, in order (empty while pending)."
+    )
     claimed_by: str | None = Field(description="The username of the reviewer who claimed it.")
     answer: AnswerOut | None

@@ -3,7 +3,7 @@
 import pytest
 
 from fleet import demo, services
-from fleet.stories import all_green, hung_test_run
+from fleet.stories import all_green, hung_test_run, tier_thresholds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,20 +19,23 @@ def test_it_says_what_waits_for_a_reviewer_and_why(client, loaded):
     client.force_login(user)
     page = client.get("/").content.decode()
 
-    assert "1 escalation waits for a reviewer" in page
+    assert "2 escalations wait for a reviewer" in page
     assert "Where does a customer&#x27;s tier come from today" in page
+    # The tier thresholds: the policy escalated and the planner sent no packet.
+    assert "Bulkhead drafted the packet, the agent was asked for the question" in page
     assert "Why: Signal rule" in page
     assert "forge</strong> (demo) is down" in page and "It defers 4 tasks in 1 run" in page
     assert hung_test_run.RUN in page and "./mvnw test" in page
 
 
-def test_after_the_answer_nothing_waits(client, loaded):
+def test_after_the_answers_nothing_waits(client, loaded):
     from escalations.models import Escalation
     from escalations.services import escalation_answer
 
     user, _ = services.member_add(username="rita", fleet=demo.fleet_and_people(), role="reviewer")
-    escalation = Escalation.objects.get(run__key=all_green.RUN)
-    escalation_answer(escalation=escalation, reviewer=user, text=all_green.ANSWER, option="")
+    for run in (all_green.RUN, tier_thresholds.RUN):
+        escalation = Escalation.objects.get(run__key=run)
+        escalation_answer(escalation=escalation, reviewer=user, text=all_green.ANSWER, option="")
     client.force_login(user)
     page = client.get("/").content.decode()
 

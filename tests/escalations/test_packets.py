@@ -316,7 +316,8 @@ def test_a_payload_hash_is_sha256_and_64_lowercase_hex(bad: object) -> None:
     )
 
 
-def test_a_reviewers_answer_is_evidence() -> None:
+def test_an_agent_cannot_hand_over_a_reviewers_answer() -> None:
+    # A careless agent makes up the answer it wants and cites a reviewer for it.
     answer = {"text": "use the loyalty_points threshold"}
     evidence = {
         "kind": "human_answer",
@@ -324,8 +325,23 @@ def test_a_reviewers_answer_is_evidence() -> None:
         "payload_hash": payload_hash(answer),
         "payload": answer,
     }
+    packet = with_(evidence=[seed_packet()["evidence"][0], evidence])
 
-    assert isinstance(validate_packet(with_(evidence=[evidence])), Packet)
+    assert locs(packet) == ["packet.evidence.1.kind"]
+    assert message(packet, "packet.evidence.1.kind").startswith(
+        "is human_answer: a reviewer's answer is recorded by Bulkhead when a reviewer gives it, "
+        "and an agent cannot hand one over"
+    )
+
+
+@pytest.mark.parametrize("source", ["agent:planner", "  Agent:schema said the column exists"])
+def test_another_agents_text_is_not_packet_evidence(source: str) -> None:
+    evidence = {"kind": "file_read", "source": source, "payload_hash": payload_hash({})}
+    packet = with_(evidence=[evidence])
+
+    assert locs(packet) == ["packet.evidence.0.source"]
+    assert "cites another agent's text" in message(packet, "packet.evidence.0.source")
+    assert "which is not evidence" in message(packet, "packet.evidence.0.source")
 
 
 def test_an_evidence_payload_is_an_object() -> None:

@@ -217,7 +217,7 @@ def test_demo_is_idempotent_and_prints_a_login(settings, tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_demo_loads_the_three_stories_as_the_app_computes_them(settings, tmp_path):
+def test_demo_loads_the_stories_as_the_app_computes_them(settings, tmp_path):
     from escalations.models import Escalation
     from fleet.stories import forge_outage, hung_test_run
     from runs.models import Blocker, Task
@@ -241,7 +241,13 @@ def test_demo_loads_the_three_stories_as_the_app_computes_them(settings, tmp_pat
     assert sorted(deferred.values_list("task__key", flat=True)) == sorted(forge_outage.FORGE)
     # Where to look says what the app computes there now, not what the stories meant to show.
     said = " | ".join(printed["look_at"])
-    assert "the escalation queue (1 waiting; the oldest from plan)" in said
+    assert "the escalation queue (2 waiting; the oldest from plan)" in said
+    drafted = Escalation.objects.get(run__key="tier-thresholds", status="open")
+    assert drafted.packet.drafted and drafted.packet.smallest_unblocking_question == ""
+    assert (
+        f"the tier thresholds (escalation {drafted.pk}: a packet Bulkhead drafted from the "
+        "attempts)" in said
+    )
     assert "the all-green replay (1 agent, 0 artifacts, 2 minutes unchecked)" in said
     assert "the all-green run as it happened (3 agents, 4 artifacts, 40 minutes unchecked)" in said
     assert "the forge outage (4 tasks done, 4 waiting with capability:forge)" in said

@@ -339,6 +339,7 @@ def test_two_differently_prompted_attempts_failing_the_same_way_are_escalated(
         2,
     )
     [asked] = sent(receiver, "packet.requested", "a")
+    draft = asked.pop("draft")
     assert asked == {
         "escalation": escalation.pk,
         "run": RUN,
@@ -346,9 +347,13 @@ def test_two_differently_prompted_attempts_failing_the_same_way_are_escalated(
         "agent": "coder",
         "attempt": 2,
         "reason": decision.reason,
+        # Bulkhead drafted tried from the attempts; no claim was checked, so no evidence.
+        "missing": ["smallest_unblocking_question", "evidence"],
     }
+    assert draft == escalation.packet.content and len(draft["tried"]) == 2
     [opened] = sent(receiver, "escalation.opened", "a")
     assert opened["escalation"] == escalation.pk and opened["question"] is None
+    assert opened["drafted"] is True
     assert start(coder, "a", prompt="p3").status_code == 409
 
 
