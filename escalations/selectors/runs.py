@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 
 from escalations.selectors.radius import radii_for
 from fleet.access import member_fleet_ids
+from runs.claims.bearing import subjects_of
 from runs.models import Claim, ProgressLine, Run
 from runs.selectors import decision_rows, runs_visible, task_rows
 
@@ -22,6 +23,7 @@ def claim_rows(run: Run) -> list[dict[str, Any]]:
             "key": c.key,
             "task": c.task.key,
             "statement": c.statement,
+            "subjects": list(subjects_of(c.about, c.statement)),
             "load_bearing": c.load_bearing,
             "status": c.status,
             "reason": c.status_reason,

@@ -74,6 +74,10 @@ class ClaimRow(Schema):
     key: str
     task: str = Field(description="The task that posted it.")
     statement: str
+    subjects: list[str] = Field(
+        description="What it is about: its `about`, else its statement's code spans. Evidence "
+        "verifies it only if it mentions each."
+    )
     load_bearing: bool
     status: str = one_of(Claim.Status)
     reason: str = Field(description="Why it has its status (empty while unverified).")
