@@ -24,7 +24,7 @@ from fleet.stories import (
     recent,
     tier_thresholds,
 )
-from runs.models import Blocker, Halt, Run
+from runs.models import Blocker, Claim, Halt, Run
 
 FLEET = "demo"
 # The forge stays down in the demo, so that its deferred work can be seen and released by hand
@@ -107,6 +107,9 @@ def load() -> dict[str, Any]:
             f"the all-green run as it happened ({radius_now(fleet, PAST_RUN, PAST_CLAIM)})": page(
                 PAST_RUN
             ),
+            f"the schema agent's careless confirmation ({claim_now(fleet, all_green.CARELESS)})": (
+                page(all_green.RUN)
+            ),
             f"the forge outage ({forge_now(fleet)})": page(forge_outage.RUN),
             "the capabilities (as manager, mark the forge up to release them)": "/capabilities/",
             f"the hung test run ({run_state_now(fleet, hung_test_run.RUN)})": page(
@@ -147,6 +150,13 @@ def radius_now(fleet: Fleet, run_key: str, claim: str) -> str:
         f"{agents} agent{'s' if agents != 1 else ''}, {artifacts} artifact"
         f"{'s' if artifacts != 1 else ''}, {r['minutes']:.0f} minutes unchecked"
     )
+
+
+def claim_now(fleet: Fleet, key: str) -> str:
+    claim = Claim.objects.filter(run__fleet=fleet, run__key=all_green.RUN, key=key).first()
+    if claim is None:
+        return "not loaded"
+    return f"{claim.key} {claim.status}: {claim.status_reason}"
 
 
 def forge_now(fleet: Fleet) -> str:

@@ -106,6 +106,7 @@ def claim_posted(context: Context, data: ClaimPosted) -> dict[str, Any]:
             statement=claim.statement,
             load_bearing=claim.load_bearing,
             evidence=evidence_spec(claim.evidence) if claim.evidence else None,
+            about=tuple(claim.about),
         ),
     )
 

@@ -20,6 +20,7 @@ from pydantic import (
 
 from fleet.errors import Refusal, error
 from fleet.event_json import MAX_DEPTH, JsonPath, loads, unstorable
+from runs.claims.bearing import MAX_SUBJECT_LENGTH, MAX_SUBJECTS
 from runs.claims.hashing import payload_hash
 
 __all__ = [
@@ -157,10 +158,27 @@ class TaskStarted(ActingAs):
     consumes: list[Name] = []
 
 
+def _a_subject(subject: str) -> str:
+    if not subject.strip():
+        raise ValueError("must name something: a table.column, a file path, a URL, a test id")
+    if any(ord(c) < 32 or ord(c) == 127 for c in subject):
+        raise ValueError("must not contain control characters")
+    return subject
+
+
+# What a claim is about: `customers.customer_tier`, `config/pricing.yaml`, a URL, a test id.
+Subject = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_SUBJECT_LENGTH),
+    AfterValidator(_a_subject),
+]
+
+
 class ClaimIn(Strict):
     key: Name
     statement: Annotated[str, StringConstraints(min_length=1, max_length=5000)]
     load_bearing: bool = True
+    about: Annotated[list[Subject], Field(max_length=MAX_SUBJECTS)] = []
     evidence: EvidenceIn | None = None
 
 

@@ -163,6 +163,9 @@ class Claim(models.Model):
     key = models.CharField(max_length=200)
     statement = models.TextField()
     load_bearing = models.BooleanField(default=True)
+    # What it is about (table.column, file, URL, test id, config key); empty: its code spans.
+    about = models.JSONField(default=list, blank=True)
+    posted_by = models.CharField(max_length=200, blank=True)  # agent:<name>, who posted it
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.UNVERIFIED)
     status_reason = models.CharField(max_length=500, blank=True)
     posted_at = models.DateTimeField()
@@ -204,6 +207,10 @@ class Evidence(models.Model):
     datasource = models.CharField(max_length=100, blank=True)
     workspace = models.CharField(max_length=100, blank=True)
     submitted_by = models.CharField(max_length=200)
+    # The task it was posted or checked from (the producer's, or the checker's); None for reality.
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, null=True, blank=True, related_name="evidence_submitted"
+    )
     verdict = models.CharField(max_length=10, blank=True)
     verdict_reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField()

@@ -8,6 +8,7 @@ from escalations.models import Escalation
 from escalations.packet_draft import missing_fields
 from escalations.selectors.radius import radii_for
 from fleet.access import member_fleet_ids
+from runs.claims.bearing import subjects_of
 from runs.models import Claim, ProgressLine, Run
 from runs.selectors import decision_rows, runs_visible, task_rows
 
@@ -24,6 +25,7 @@ def claim_rows(run: Run) -> list[dict[str, Any]]:
             "key": c.key,
             "task": c.task.key,
             "statement": c.statement,
+            "subjects": list(subjects_of(c.about, c.statement)),
             "load_bearing": c.load_bearing,
             "raised_by": c.raised_by or None,
             "status": c.status,

@@ -124,6 +124,10 @@ class ClaimRow(Schema):
     key: str
     task: str = Field(description="The task that posted it.")
     statement: str
+    subjects: list[str] = Field(
+        description="What it is about: its `about`, else its statement's code spans. Evidence "
+        "verifies it only if it mentions each."
+    )
     load_bearing: bool
     raised_by: str | None = Field(
         description="Who made it load-bearing after its producer posted it as not: "

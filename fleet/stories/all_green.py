@@ -3,8 +3,9 @@
 As it happened (imported from `all_green_run.jsonl`): the planner invents
 `customers.customer_tier`, the schema agent "confirms" it from the plan, two coders build on it,
 and a reviewer finds it 40 minutes in, after 4 PRs. Replayed live with containment on: the claim
-is unverified, the schema agent's query against the demo order database refutes it, the planner
-is reframed with the real columns and no coder starts. The reframed plan needs a tier source
+is unverified; the schema agent's first, careless "confirmation" (`SELECT 1` on the order database)
+is real but does not mention the column, so it confirms nothing; its query of the `customers`
+columns refutes the claim, the planner is reframed with the real columns and no coder starts. The reframed plan needs a tier source
 that does not exist either: the second, differently prompted failure agrees with the first and
 escalates with the seed's failure packet, whose question waits for a reviewer.
 """
@@ -21,6 +22,7 @@ IMPORTED = Path(__file__).with_name("all_green_run.jsonl")
 IMPORTED_AGENTS = ("planner", "schema", "coder-a", "coder-b")  # who posted the past run
 RUN = "tier-discounts-replay"
 CLAIM = "plan.tier-source"
+CARELESS = "schema.customer-tier-confirmed"  # confirmed with a query that is about nothing
 REAL_COLUMNS = ["id", "name", "email", "loyalty_points"]
 COLUMNS_QUERY = "SELECT name AS column_name FROM pragma_table_info('customers') ORDER BY cid"
 TIERS_QUERY = "SELECT name AS column_name FROM pragma_table_info('loyalty_tiers') ORDER BY cid"
@@ -48,6 +50,18 @@ def build_orders(path: Path) -> None:
 def build_workspace(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     (path / "pricing-config.yaml").write_text(PRICING_CONFIG)
+
+
+def select_1() -> dict[str, object]:
+    """The careless check: a query that runs, and says nothing about any table or column."""
+    payload = query_result_payload(columns=["1"], rows=[[1]])
+    return {
+        "kind": "query_result",
+        "source": "SELECT 1",
+        "payload_hash": payload_hash(payload),
+        "payload": payload,
+        "datasource": "orders",
+    }
 
 
 def columns_evidence(query: str, columns: list[str]) -> dict[str, object]:
@@ -119,10 +133,15 @@ STORY = Story(
         Step("planner", "claim.posted", 1,
              {"run": RUN, "task": "plan", "claim": {
                  "key": CLAIM, "load_bearing": True,
-                 "statement": "Use the existing customer_tier column on customers to select the discount rule"}}),
+                 "statement": "Use the existing `customer_tier` column on `customers` to select the discount rule"}}),
         Step("planner", "task.finished", 1, {"run": RUN, "task": "plan", "outcome": "succeeded"}),
         Step("schema", "task.started", 1.5,
              {"run": RUN, "task": "confirm-schema", "attempt": {"prompt_hash": "prompt:schema", "context_hash": "context:schema"}}),
+        # Its habit: "confirmed", with a query that runs but is about nothing. It stays unverified.
+        Step("schema", "claim.posted", 2,
+             {"run": RUN, "task": "confirm-schema", "claim": {
+                 "key": CARELESS, "load_bearing": True,
+                 "statement": "confirmed: `customers.customer_tier` exists", "evidence": select_1()}}),
         # The schema agent may not cite the plan: it runs the query, and reality refutes the claim.
         Step("schema", "claim.checked", 3,
              {"run": RUN, "task": "confirm-schema", "claim": CLAIM, "verdict": "refuted",
@@ -137,15 +156,15 @@ STORY = Story(
         Step("planner", "claim.posted", 6,
              {"run": RUN, "task": "plan", "claim": {
                  "key": "plan.tier-table", "load_bearing": True,
-                 "statement": "Customer tiers are kept in the loyalty_tiers table",
+                 "statement": "Customer tiers are kept in the `loyalty_tiers` table",
                  "evidence": columns_evidence(TIERS_QUERY, ["customer_id", "tier"])}}),
         Step("planner", "packet.submitted", 7, {"run": RUN, "task": "plan", "packet": PACKET}),
     ),
 )  # fmt: skip
 
 # Steps after which the worker must have decided (the refutation's reframe; the escalation).
-REFUTED = 5
-TIER_TABLE = 9
+REFUTED = 6
+TIER_TABLE = 10
 
 
 def ensure_imported_agents(fleet: "Fleet") -> None:

@@ -11,6 +11,10 @@ Two kinds of evidence reach the verifier:
   `accepts`). A verdict that is not accepted is recorded on its evidence row and in the claim's
   reason, and changes nothing else.
 
+Either way, evidence settles a claim only when it bears on it (`runs.claims.bearing`: it mentions
+the claim's subjects, and reality points the way of the verdict) and is not circular
+(`runs.claims.circular`: the producer's own check, a read of the run's own artifacts).
+
 A reviewer's verdict (`checked_by` "reviewer:...") is final: the verifier never overturns it.
 """
 
@@ -18,6 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from runs.claims.bearing import NO_SUBJECT, bearing, subjects_of
+from runs.claims.circular import circular
 from runs.claims.hashing import payload_hash
 from runs.claims.verifiers import Verdict
 from runs.models import Claim, Evidence
@@ -45,14 +51,47 @@ def not_before_posted(claim: Claim, at: datetime) -> datetime:
     return max(at, claim.posted_at)
 
 
+def before_reality(claim: Claim, row: Evidence) -> str | None:
+    """Why `row` cannot settle `claim` whatever reality says (so the verifier need not run it)."""
+    claimed = row.verdict if row.role == Evidence.Role.CHECK else Claim.Status.VERIFIED
+    why = circular(claim, row, claimed)
+    if why is None and not subjects_of(claim.about, claim.statement):
+        why = NO_SUBJECT
+    return why
+
+
+def off_the_claim(claim: Claim, row: Evidence, verdict: str, reality: Verdict) -> str | None:
+    """Why real evidence does not settle the claim as `verdict`, or None: it bears on it."""
+    return bearing(
+        subjects=subjects_of(claim.about, claim.statement),
+        statement=claim.statement,
+        kind=row.kind,
+        source=row.source,
+        payload=reality.payload,
+        verdict=verdict,
+    )
+
+
 def judge_posted(claim: Claim, row: Evidence, verdict: Verdict, now: datetime) -> Change:
     row.verdict = verdict.status
     row.verdict_reason = clip(verdict.reason)
-    row.save(update_fields=["verdict", "verdict_reason"])
     if claim.status != Claim.Status.UNVERIFIED:
+        row.save(update_fields=["verdict", "verdict_reason"])
         return Change()  # its evidence only decides a claim nobody has checked yet
-    if verdict.status == "unverified":
+    why = before_reality(claim, row)
+    if why is None and verdict.status == "unverified":
+        row.save(update_fields=["verdict", "verdict_reason"])
         return Change(reason=f"no verifier could check its evidence: {verdict.reason}")
+    if why is None:
+        why = off_the_claim(claim, row, verdict.status, verdict)
+        if why is not None:
+            found = "matches" if verdict.status == "verified" else "differs from"
+            why = f"reality {found} its evidence, but {why}"
+    if why is not None:
+        row.verdict, row.verdict_reason = Claim.Status.UNVERIFIED, clip(why)
+        row.save(update_fields=["verdict", "verdict_reason"])
+        return Change(reason=why)
+    row.save(update_fields=["verdict", "verdict_reason"])
     return Change(
         status=verdict.status,
         reason=f"{verdict.status} by the verifier: {verdict.reason}",
@@ -88,10 +127,22 @@ def accepts(claim: Claim, row: Evidence, verdict: Verdict) -> tuple[bool, str]:
     """Whether a consumer's verdict stands: its evidence is real, and the verdict follows from it.
 
     The verifier can tell that the evidence is real (reality matches the checker's hash), not what
-    it means for the claim's statement; so the verdict must also agree with the claim's own
-    evidence from the same source, when it has some, and may not overturn a reviewer or a
-    refutation.
+    it means for the claim's statement; so the evidence must bear on the claim (its subjects,
+    its payload), must not be circular, must agree with the claim's own evidence from the same
+    source when it has some, and may not overturn a reviewer or a refutation.
     """
+    why = before_reality(claim, row)
+    if why is not None:
+        return False, why
+    accepted, why = follows(claim, row, verdict)
+    if accepted:
+        off = off_the_claim(claim, row, row.verdict, verdict)
+        if off is not None:
+            return False, off
+    return accepted, why
+
+
+def follows(claim: Claim, row: Evidence, verdict: Verdict) -> tuple[bool, str]:
     claimed = row.verdict
     if verdict.status == "unverified":
         return False, f"the verifier could not re-check its evidence: {verdict.reason}"

@@ -7,15 +7,15 @@ from fleet.errors import Refusal, error
 from fleet.models import Agent
 from runs import scheduler
 from runs.claims import consumers
+from runs.claims.bearing import NO_SUBJECT, subjects_of
+from runs.claims.circular import AGENT_TEXT, cites_an_agent
 from runs.models import Claim, ClaimUse, Evidence, Run, Task
 from runs.ownership import find_task, refuse_unless_own, run_for, task_for, unknown_task
 from runs.specs import ClaimSpec, EvidenceSpec
 
-AGENT_TEXT = "another agent's text is not evidence"
-
 
 def evidence_row(
-    claim: Claim, evidence: EvidenceSpec, *, role: str, by: str, at: datetime
+    claim: Claim, evidence: EvidenceSpec, *, role: str, by: str, task: Task, at: datetime
 ) -> Evidence:
     return Evidence.objects.create(
         claim=claim,
@@ -27,22 +27,20 @@ def evidence_row(
         datasource=evidence.datasource or "",
         workspace=evidence.workspace or "",
         submitted_by=by,
+        task=task,
         created_at=at,
     )
 
 
-def cites_an_agent(source: str) -> bool:
-    """Evidence pointing at another agent's output: never checked, never a verdict's basis."""
-    return source.lstrip().lower().startswith("agent:")
-
-
-def posted_reason(evidence: EvidenceSpec | None, *, imported: bool) -> str:
+def posted_reason(evidence: EvidenceSpec | None, *, imported: bool, subjects: bool) -> str:
     if evidence is None:
         return "posted without evidence"
     if cites_an_agent(evidence.source):
         return AGENT_TEXT
     if imported:
         return "imported: its evidence is recorded as posted, not re-checked"
+    if not subjects:
+        return NO_SUBJECT  # no evidence can bear on it: nothing to re-check
     return "waiting for a verifier"
 
 
@@ -65,28 +63,30 @@ def claim_post(
         refuse_lowering(existing, claim)
         raise Refusal([error("data.claim.key", f"claim {claim.key!r} was already posted")], 409)
     evidence = claim.evidence
-    reason = posted_reason(evidence, imported=imported)
-    checkable = evidence is not None and not cites_an_agent(evidence.source)
+    subjects = subjects_of(claim.about, claim.statement)
+    reason = posted_reason(evidence, imported=imported, subjects=bool(subjects))
+    checkable = evidence is not None and not cites_an_agent(evidence.source) and bool(subjects)
+    by = f"agent:{actor.name}"
     posted = Claim.objects.create(
         run=found,
         task=row,
         key=claim.key,
         statement=claim.statement,
         load_bearing=claim.load_bearing,
+        about=list(claim.about),
+        posted_by=by,
         posted_at=at,
         status_reason=reason,
         # An imported claim is history: what checked it, if anything, is in the file.
         verification_pending=checkable and not imported,
     )
     if evidence is not None:
-        posted_evidence = evidence_row(
-            posted, evidence, role="posted", by=f"agent:{actor.name}", at=at
-        )
-        if not checkable:
-            posted_evidence.verdict, posted_evidence.verdict_reason = (
-                Claim.Status.UNVERIFIED,
-                AGENT_TEXT,
-            )
+        posted_evidence = evidence_row(posted, evidence, role="posted", by=by, task=row, at=at)
+        # Never re-checked: another agent's text, or a claim no evidence can bear on.
+        agent_text = cites_an_agent(evidence.source)
+        if agent_text or (not subjects and not imported):
+            posted_evidence.verdict = Claim.Status.UNVERIFIED
+            posted_evidence.verdict_reason = AGENT_TEXT if agent_text else NO_SUBJECT
             posted_evidence.save(update_fields=["verdict", "verdict_reason"])
     consumers.record_running_uses(posted, at, imported=imported)
     answer: dict[str, Any] = {
@@ -162,7 +162,9 @@ def claim_check(
     if errors:
         raise Refusal(errors)
     assert checker_task is not None and checked is not None
-    row = evidence_row(checked, evidence, role="check", by=f"agent:{actor.name}", at=at)
+    row = evidence_row(
+        checked, evidence, role="check", by=f"agent:{actor.name}", task=checker_task, at=at
+    )
     row.verdict = verdict  # the checker's verdict; the verifier's judgement goes in the reason
     record_checker_use(checked, checker_task, at)
     if imported:

@@ -20,7 +20,14 @@ from fleet.models import VerificationSource
 from runs import halts, retries
 from runs.claims import consumers
 from runs.claims.hashing import HUMAN_ANSWER
-from runs.claims.judging import Change, clip, judge_check, judge_posted, reality_row
+from runs.claims.judging import (
+    Change,
+    before_reality,
+    clip,
+    judge_check,
+    judge_posted,
+    reality_row,
+)
 from runs.claims.verifiers import DEFAULT_LIMITS, Limits, Sources, Verdict, verify
 from runs.models import Claim, Evidence
 
@@ -85,21 +92,27 @@ def verify_claim(claim_id: int, *, with_limits: Limits | None = None) -> None:
         judged: set[int] = set()
         while True:
             claim = Claim.objects.filter(pk=claim_id, verification_pending=True)
-            found = claim.select_related("run").first()
+            found = claim.select_related("run", "task__agent").first()
             if found is None:
                 return  # gone, or already judged by an earlier run of this task
             rows = [row for row in unjudged(claim_id) if row.pk not in judged]
             if judged and not rows:
                 return
             sources = sources_for(found.run.fleet_id) if rows else Sources()
-            verdicts = {
-                row.pk: verify_in_time(as_evidence(row), sources, with_limits or limits())
-                for row in rows
-            }
+            verdicts = {row.pk: re_check(found, row, sources, with_limits) for row in rows}
             record(claim_id, verdicts)
             judged.update(verdicts)
     finally:
         cache.delete(lease)
+
+
+def re_check(claim: Claim, row: Evidence, sources: Sources, with_limits: Limits | None) -> Verdict:
+    """The verifier's verdict on `row`; not run for evidence that cannot settle the claim anyway
+    (a circular check, a claim with no subject): judging says why."""
+    why = before_reality(claim, row)
+    if why is not None:
+        return Verdict("unverified", why)
+    return verify_in_time(as_evidence(row), sources, with_limits or limits())
 
 
 def verify_in_time(evidence: dict[str, Any], sources: Sources, limits: Limits) -> Verdict:
@@ -121,7 +134,7 @@ def record(claim_id: int, verdicts: dict[int, Verdict]) -> Claim | None:
     # Only the claim is locked: events do not lock the run row, and neither does this.
     claim = (
         Claim.objects.select_for_update(of=("self",))
-        .select_related("run")
+        .select_related("run", "task__agent")
         .filter(pk=claim_id)
         .first()
     )

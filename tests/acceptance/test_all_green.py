@@ -10,7 +10,7 @@ from escalations.models import Escalation
 from fleet import services
 from fleet.models import Event
 from fleet.stories import all_green, play
-from runs.models import Attempt, Decision, Task
+from runs.models import Attempt, Claim, Decision, Task
 from tests.acceptance.conftest import api, fleet_for
 from tests.conftest import eventually
 
@@ -85,6 +85,20 @@ def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_se
     for coder_task in ("discount-resolver", "api-change"):
         task = next(t for t in body["tasks"] if t["key"] == coder_task)
         assert f"claim:{all_green.CLAIM}" in task["blockers"]
+
+
+def test_the_schema_agents_select_1_confirms_nothing(worker, client, http, fleet):
+    play(fleet, STORY, range(all_green.REFUTED + 1), transport=http)
+
+    eventually(lambda: not Claim.objects.get(key=all_green.CARELESS).verification_pending)
+    body = api(client, fleet, f"/runs/{all_green.RUN}")
+    careless = next(c for c in body["claims"] if c["key"] == all_green.CARELESS)
+    assert (careless["status"], careless["reason"]) == (
+        "unverified",
+        "reality matches its evidence, but the evidence does not mention "
+        "customers.customer_tier: it bears on another question",
+    )
+    assert careless["subjects"] == ["customers.customer_tier"]
 
 
 def test_the_reviewers_answer_reframes_the_planner_and_releases_the_coders(

@@ -79,7 +79,7 @@ def test_claims_show_their_status_blast_radius_and_a_recheck_button(desk, browse
             "task": "plan",
             "claim": {
                 "key": "plan.customer-tier",
-                "statement": "customers has a customer_tier column",
+                "statement": "`customers` has a `customer_tier` column",
                 "load_bearing": True,
                 "evidence": {"kind": "query_result", "source": "SELECT 1", "payload_hash": HASH},
             },
@@ -104,7 +104,7 @@ def test_recheck_sends_the_claim_back_to_the_verifier(desk, browser):
             "task": "plan",
             "claim": {
                 "key": "plan.tier",
-                "statement": "tier exists",
+                "statement": "`tier` exists",
                 "evidence": {"kind": "query_result", "source": "SELECT 1", "payload_hash": HASH},
             },
         },

@@ -120,7 +120,7 @@ def test_a_handoff_with_evidence_counts_as_checkable(
     seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
     claim = {
         "key": "plan.points",
-        "statement": "customers has loyalty_points",
+        "statement": "`customers` has `loyalty_points`",
         "evidence": orders_database.columns_evidence(REAL_COLUMNS),
     }
     seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})

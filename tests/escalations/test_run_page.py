@@ -53,7 +53,7 @@ def test_claims_decisions_progress_cause_and_deliveries_are_shown(desk, browser)
             "task": "plan",
             "claim": {
                 "key": "plan.customer-tier",
-                "statement": "customers has a customer_tier column",
+                "statement": "`customers` has a `customer_tier` column",
                 "evidence": {"kind": "query_result", "source": "SELECT 1", "payload_hash": HASH},
             },
         },

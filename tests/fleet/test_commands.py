@@ -250,6 +250,7 @@ def test_demo_loads_the_stories_as_the_app_computes_them(settings, tmp_path):
     )
     assert "the all-green replay (1 agent, 0 artifacts, 2 minutes unchecked)" in said
     assert "the all-green run as it happened (3 agents, 4 artifacts, 40 minutes unchecked)" in said
+    assert "the evidence does not mention customers.customer_tier" in said
     assert "the forge outage (4 tasks done, 4 waiting with capability:forge)" in said
     assert "the hung test run (failed: implement session ended with a background task" in said
     Blocker.objects.filter(code="capability:forge").update(cleared_at=failed.finished_at)

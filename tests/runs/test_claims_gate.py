@@ -9,14 +9,20 @@ from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
 from tests.fixtures.orders import orders_postgresql as orders_postgresql  # noqa: F401
 from tests.fixtures.orders import orders_postgresql_session as orders_postgresql_session  # noqa: F401
-from tests.fixtures.seed import ATTEMPT, INVENTED, PhoenixDX, at, seed_tasks
+from tests.fixtures.seed import ATTEMPT, INVENTED, REAL, PhoenixDX, at, seed_tasks
 
 pytestmark = pytest.mark.django_db
 
 RUN = "tier-discounts"
 
 
-def plan_posts(seed: PhoenixDX, evidence: dict | None = None, *, coders_consume: bool = True):
+def plan_posts(
+    seed: PhoenixDX,
+    evidence: dict | None = None,
+    *,
+    coders_consume: bool = True,
+    statement: str = INVENTED,
+):
     """The planner declares the run, posts its customer_tier claim and finishes the plan."""
     planner = seed.planner
     assert (
@@ -33,7 +39,7 @@ def plan_posts(seed: PhoenixDX, evidence: dict | None = None, *, coders_consume:
         ).status_code
         == 202
     )
-    claim = {"key": "plan.customer-tier", "statement": INVENTED, "load_bearing": True}
+    claim = {"key": "plan.customer-tier", "statement": statement, "load_bearing": True}
     if evidence is not None:
         claim["evidence"] = evidence
     posted = planner.post(
@@ -156,7 +162,7 @@ def test_verified_evidence_releases_the_coders(client, seed, orders_database: Or
     services.source_add(
         fleet=seed.fleet, kind="datasource", name="orders", value=orders_database.dsn
     )
-    posted = plan_posts(seed, orders_database.columns_evidence(REAL_COLUMNS))
+    posted = plan_posts(seed, orders_database.columns_evidence(REAL_COLUMNS), statement=REAL)
     assert posted.json()["reason"] == "waiting for a verifier"
 
     claim = Claim.objects.get()

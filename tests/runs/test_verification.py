@@ -35,7 +35,7 @@ from tests.fixtures.orders import (
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
 from tests.fixtures.orders import orders_postgresql as orders_postgresql  # noqa: F401
 from tests.fixtures.orders import orders_postgresql_session as orders_postgresql_session  # noqa: F401
-from tests.fixtures.seed import ATTEMPT, INVENTED, PhoenixDX, at, seed_tasks
+from tests.fixtures.seed import ATTEMPT, INVENTED, REAL, PhoenixDX, at, seed_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +72,7 @@ def orders(seed: PhoenixDX, orders_database: OrdersDatabase) -> OrdersDatabase:
     return orders_database
 
 
-def plan_posts(seed: PhoenixDX, evidence: dict | None = None) -> Claim:
+def plan_posts(seed: PhoenixDX, evidence: dict | None = None, statement: str = INVENTED) -> Claim:
     """The replay: the planner posts the invented column and finishes; the schema agent starts."""
     planner = seed.planner
     planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
@@ -87,7 +87,7 @@ def plan_posts(seed: PhoenixDX, evidence: dict | None = None) -> Claim:
     )
     assert started.status_code == 202, started.json()
     # Posted once the schema agent is at work: a refutation reframes the planner.
-    claim: dict[str, Any] = {"key": "plan.customer-tier", "statement": INVENTED}
+    claim: dict[str, Any] = {"key": "plan.customer-tier", "statement": statement}
     if evidence is not None:
         claim["evidence"] = evidence
     posted = planner.post(
@@ -129,7 +129,7 @@ def claim_row(client, seed: PhoenixDX, key: str = "plan.customer-tier") -> dict[
 
 
 def test_evidence_that_matches_reality_verifies_the_claim(seed, orders, handed_over):
-    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS))
+    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS), REAL)
 
     assert (claim.status, claim.checked_by) == ("verified", "verifier")
     assert claim.status_reason.startswith("verified by the verifier: re-ran the query")
@@ -278,7 +278,7 @@ def test_a_check_whose_evidence_differs_from_reality_is_recorded_not_accepted(
 
 def test_a_refutation_citing_the_claims_own_evidence_is_not_accepted(seed, orders, handed_over):
     evidence = orders.columns_evidence(REAL_COLUMNS)
-    plan_posts(seed, evidence)
+    plan_posts(seed, evidence, REAL)
 
     claim = schema_checks(seed, "refuted", evidence)
 
@@ -308,8 +308,15 @@ def test_a_consumers_verified_does_not_overturn_a_refutation(seed, orders):
 def test_a_confirmed_refutation_from_another_source_overturns_a_verified_claim(
     seed, orders, handed_over
 ):
-    evidence = orders.columns_evidence(REAL_COLUMNS)
-    plan_posts(seed, evidence)
+    gold = query_result_payload(columns=["n"], rows=[[1]])
+    evidence = {
+        "kind": "query_result",
+        "source": "SELECT count(*) AS n FROM customers WHERE loyalty_points > 1000",
+        "payload_hash": payload_hash(gold),
+        "datasource": "orders",
+    }
+    statement = "some `customers` have over 1000 `loyalty_points`: a gold tier"
+    assert plan_posts(seed, evidence, statement).status == "verified"
     none = query_result_payload(columns=["n"], rows=[[0]])
     zero_tiers = {
         "kind": "query_result",
@@ -338,7 +345,7 @@ def test_a_confirmed_verified_check_releases_the_consumer(client, seed, orders):
     ]
     planner.post("run.started", {"run": RUN, "tasks": tasks}, timestamp=at(0))
     planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
-    claim = {"key": "plan.points", "statement": "customers has a loyalty_points column"}
+    claim = {"key": "plan.points", "statement": "`customers` has a `loyalty_points` column"}
     planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim}, timestamp=at(1))
     planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
     assert start(seed.coder_a, "points").status_code == 409
@@ -403,7 +410,7 @@ def test_a_claim_being_re_checked_is_not_re_checked_again_alongside(
     """The reconciler re-enqueues every pending claim; a second copy of a slow re-check (a test
     command) run alongside in the same workspace could refute what the first one verifies."""
     monkeypatch.setattr("runs.scheduler.verify_after_commit", lambda claim: None)
-    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS))
+    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS), REAL)
     real = verification.verify
     running: list[int] = []
     alongside: list[bool] = []  # per re-check: whether another one was running at the time
@@ -435,7 +442,7 @@ def test_a_re_check_that_outlasts_the_workers_limit_leaves_the_claim_unverified_
     from celery.exceptions import SoftTimeLimitExceeded
 
     monkeypatch.setattr("runs.scheduler.verify_after_commit", lambda claim: None)
-    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS))
+    claim = plan_posts(seed, orders.columns_evidence(REAL_COLUMNS), REAL)
 
     def trickling(evidence: dict, sources: Any, *, limits: Any) -> Any:
         raise SoftTimeLimitExceeded()
@@ -527,7 +534,7 @@ def test_a_real_worker_verifies_a_posted_claim_after_commit_and_releases_the_con
     eventually(lambda: ready("plan"))
     assert start(planner, "plan").status_code == 202
     evidence = orders.columns_evidence(REAL_COLUMNS)
-    claim = {"key": "plan.customer-tier", "statement": INVENTED, "evidence": evidence}
+    claim = {"key": "plan.customer-tier", "statement": REAL, "evidence": evidence}
     posted = planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
     assert posted.json()["reason"] == "waiting for a verifier"
     finished = {"run": RUN, "task": "plan", "outcome": "succeeded"}
@@ -617,7 +624,7 @@ def test_dangerous_evidence_is_refused_with_a_reason_and_nothing_runs(
             "payload": payload,
         }
         evidence |= {"datasource": "orders"} if kind == "query_result" else {}
-        claim = {"key": key, "statement": f"dangerous {key}", "evidence": evidence}
+        claim = {"key": key, "statement": f"dangerous `{key}`", "evidence": evidence}
         response = seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
         assert response.status_code == 202, response.json()
 

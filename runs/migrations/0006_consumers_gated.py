@@ -16,7 +16,7 @@ def declared_lists(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0004_holds"),
+        ("runs", "0005_claim_about"),
     ]
 
     operations = [
