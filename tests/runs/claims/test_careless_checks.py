@@ -31,8 +31,8 @@ CLAIM = "plan.customer-tier"
 PLAN = "Use the existing `customer_tier` column on `customers` to select the discount rule."
 TASKS = [
     {"key": "plan", "agent": "planner"},
-    {"key": "review-plan", "agent": "planner", "prerequisites": ["plan"]},
-    {"key": "confirm-schema", "agent": "schema", "prerequisites": ["plan"]},
+    {"key": "review-plan", "agent": "planner", "prerequisites": ["plan"], "checks": [CLAIM]},
+    {"key": "confirm-schema", "agent": "schema", "prerequisites": ["plan"], "checks": [CLAIM]},
     {"key": "discount-resolver", "agent": "coder-a", "prerequisites": ["plan"], "consumes": [CLAIM]},
 ]  # fmt: skip
 
