@@ -153,6 +153,7 @@ class TaskStarted(ActingAs):
     task: Name
     attempt: AttemptIn
     consumes: list[Name] = []
+    refreshed: list[Label] = []  # capabilities whose state it re-read (the context's `refresh`)
 
 
 class ClaimIn(Strict):

@@ -47,8 +47,9 @@ def evaluate(
     `keys` must be closed over dependants and transaction groups. Pending prerequisites outside
     `keys` are taken as they were in `previous` (their facts did not change).
     """
+    not_up = world.down | world.unknown
     role_barriers = tuple(
-        f"barrier:{role}" for role in ROLES if world.roles.get(role, "") in world.down
+        f"barrier:{role}" for role in ROLES if world.roles.get(role, "") in not_up
     )
     blockers_of: dict[str, list[str]] = {}
     hard: set[str] = set()  # blocked for a reason of its own or a prerequisite that stopped
@@ -108,8 +109,13 @@ def _own_blockers(
         if any(name in down for name in node.reads_state_of):
             blockers.append("barrier:freshness")
     if node.effect == "external":
+        # Uncertainty fails closed: an effect that cannot be undone waits on what nobody reported.
+        blockers.extend("capability:" + name for name in node.capabilities if name in world.unknown)
         blockers.extend(role_barriers)
-        if node.dependency_confidence == "uncertain" and not node.released:
+        uncertain = node.dependency_confidence == "uncertain" or (
+            world.stop_unnamed_roles and bool(world.unnamed_roles)
+        )
+        if uncertain and not node.released:
             blockers.append("barrier:uncertain-dependency")
     claims = world.claims
     blockers.extend("claim:" + claim for claim in node.consumes if _blocks(claims.get(claim)))
