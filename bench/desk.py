@@ -372,7 +372,11 @@ def bulk_queue(size: int) -> Any:
         )
     }
     Capability.objects.bulk_create(
-        [Capability(fleet=f, name=name) for f in fleets for name in ("forge", "db", "ci")]
+        [
+            Capability(fleet=f, name=name, status=Capability.Status.UP)  # reported up
+            for f in fleets
+            for name in ("forge", "db", "ci")
+        ]
     )
     per_fleet = size // FLEETS
     runs = Run.objects.bulk_create(

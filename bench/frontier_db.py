@@ -54,7 +54,7 @@ def main() -> None:
     run = Run.objects.create(fleet=fleet, key="big", started_by=agent, started_at=now)
     Capability.objects.bulk_create(
         [
-            Capability(fleet=fleet, name=name)
+            Capability(fleet=fleet, name=name, status=Capability.Status.UP)  # reported up
             for name in sorted({c for n in nodes.values() for c in n.capabilities})
         ]
     )

@@ -2,8 +2,10 @@
 
 Pure: the caller loads one run's claims, tasks and claim uses and passes `now`.
 
-A claim is unchecked from `posted_at` until `checked_at` (its first verdict), or until `now`. The
-tasks it affected are found by closure, to a fixed point:
+A claim is unchecked from `posted_at` until `checked_at` (its first verdict), or, never checked,
+until `now` while its run goes on and until the run's end once it is over. The times are the
+server's for live events and the envelopes' for imported ones (the caller's facts say which).
+The tasks it affected are found by closure, to a fixed point:
 
 1. the tasks that started consuming it while it was unchecked (a use before `checked_at`; any use
    of a claim never checked);
@@ -34,6 +36,7 @@ class ClaimFact:
     checked_at: datetime | None  # when it was first verified or refuted
     status: ClaimStatus
     evidence_checkable: bool  # evidence a verifier can re-run (not missing, not `agent:` text)
+    run_ended_at: datetime | None = None  # when its run was over (None while it goes on)
 
     def __post_init__(self) -> None:
         if self.status not in ("unverified", "verified", "refuted"):
@@ -46,7 +49,14 @@ class ClaimFact:
             )
 
     def unchecked_minutes(self, now: datetime) -> float:
-        end = self.checked_at if self.checked_at is not None else now
+        """From its post to its check; never checked, to now, or to its run's end (no work
+        travels on it after that)."""
+        if self.checked_at is not None:
+            end = self.checked_at
+        elif self.run_ended_at is not None:
+            end = min(now, self.run_ended_at)
+        else:
+            end = now
         return max(0.0, (end - self.posted_at).total_seconds() / 60)
 
 

@@ -67,5 +67,10 @@ urlpatterns = [
         capabilities.capability_set,
         name="capability-set",
     ),
+    path(
+        "capabilities/fleets/<int:fleet_id>/unnamed-roles-stop/",
+        capabilities.unnamed_roles_stop,
+        name="unnamed-roles-stop",
+    ),
     path("deliveries/", deliveries.deliveries, name="deliveries"),
 ]

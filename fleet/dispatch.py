@@ -28,7 +28,8 @@ from runs.specs import ArtifactSpec, ClaimSpec, EvidenceSpec, FailureSpec, Outco
 
 @dataclass(frozen=True)
 class Context:
-    """Who sent an event, for whom it acts, and when it happened."""
+    """Who sent an event, for whom it acts, and when it happened: for a live event, when the
+    server received it; for an imported one, its envelope's timestamp."""
 
     sender: Agent
     actor: Agent
@@ -91,6 +92,7 @@ def task_started(context: Context, data: TaskStarted) -> dict[str, Any]:
         prompt_hash=data.attempt.prompt_hash,
         context_hash=data.attempt.context_hash,
         consumes=tuple(data.consumes),
+        refreshed=tuple(data.refreshed),
     )
 
 

@@ -156,6 +156,7 @@ class TaskStarted(ActingAs):
     task: Name
     attempt: AttemptIn
     consumes: list[Name] = []
+    refreshed: list[Label] = []  # capabilities whose state it re-read (the context's `refresh`)
 
 
 def _a_subject(subject: str) -> str:

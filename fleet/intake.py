@@ -253,7 +253,10 @@ def _apply_once(
                 response={},
             )
             event.save(force_insert=True)
-            context = Context(sender=agent, actor=actor, at=event.occurred_at, imported=imported)
+            # A live event happened when Bulkhead received it (the server's clock: an agent's
+            # own stamp cannot stretch or shrink minutes); a past run's, at its envelope's time.
+            at = event.occurred_at if imported else event.received_at
+            context = Context(sender=agent, actor=actor, at=at, imported=imported)
             extra = HANDLERS[envelope.type](context, data)
             response = {"event": str(event.pk), "type": envelope.type, **extra}
             Event.objects.filter(pk=event.pk).update(response=response)

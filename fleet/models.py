@@ -27,6 +27,11 @@ class Fleet(models.Model):
     retry_budget = models.PositiveIntegerField(
         default=50, help_text="Retries the fleet may spend per hour, across all its tasks."
     )
+    unnamed_roles_stop = models.BooleanField(
+        default=False,
+        help_text="While the fleet names no authority, observability or rollback capability, "
+        "each external effect waits for a reviewer's release.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -87,6 +92,7 @@ class Capability(models.Model):
     class Status(models.TextChoices):
         UP = "up"
         DOWN = "down"
+        UNKNOWN = "unknown"  # named by a task, never reported on: not up
 
     class Role(models.TextChoices):
         AUTHORITY = "authority"
@@ -95,7 +101,7 @@ class Capability(models.Model):
 
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="capabilities")
     name = models.CharField(max_length=100)
-    status = models.CharField(max_length=4, choices=Status.choices, default=Status.UP)
+    status = models.CharField(max_length=7, choices=Status.choices, default=Status.UNKNOWN)
     role = models.CharField(max_length=20, choices=Role.choices, blank=True)
     reason = models.CharField(max_length=500, blank=True)
     changed_at = models.DateTimeField(auto_now_add=True)

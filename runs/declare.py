@@ -109,8 +109,14 @@ def add_tasks(*, fleet_id: int, run: Run, specs: Sequence[TaskSpec], at: datetim
         raise Refusal(errors)
     known = set(Capability.objects.filter(fleet_id=fleet_id).values_list("name", flat=True))
     needed = {name for s in specs for name in (*s.capabilities, *s.reads_state_of)} - known
+    # Named, never reported on: unknown until someone says up or down (external effects wait).
     Capability.objects.bulk_create(
-        [Capability(fleet_id=fleet_id, name=name, changed_at=at) for name in sorted(needed)],
+        [
+            Capability(
+                fleet_id=fleet_id, name=name, status=Capability.Status.UNKNOWN, changed_at=at
+            )
+            for name in sorted(needed)
+        ],
         ignore_conflicts=True,
     )
     start = (Task.objects.filter(run=run).aggregate(m=Max("position"))["m"] or 0) + 1

@@ -50,8 +50,9 @@ def evaluate(
     (reverse edges, as in `GraphIndex`) spares rebuilding them when claims hold a producer's
     dependants.
     """
+    not_up = world.down | world.unknown
     role_barriers = tuple(
-        f"barrier:{role}" for role in ROLES if world.roles.get(role, "") in world.down
+        f"barrier:{role}" for role in ROLES if world.roles.get(role, "") in not_up
     )
     upstream = upstream_claims(nodes, world, keys, dependants_of)
     blockers_of: dict[str, list[str]] = {}
@@ -113,8 +114,13 @@ def _own_blockers(
         if any(name in down for name in node.reads_state_of):
             blockers.append("barrier:freshness")
     if node.effect == "external":
+        # Uncertainty fails closed: an effect that cannot be undone waits on what nobody reported.
+        blockers.extend("capability:" + name for name in node.capabilities if name in world.unknown)
         blockers.extend(role_barriers)
-        if node.dependency_confidence == "uncertain" and not node.released:
+        uncertain = node.dependency_confidence == "uncertain" or (
+            world.stop_unnamed_roles and bool(world.unnamed_roles)
+        )
+        if uncertain and not node.released:
             blockers.append("barrier:uncertain-dependency")
     if world.escalations:
         blockers.extend("escalation:" + e for e in world.escalations.get(key, ()))

@@ -60,17 +60,31 @@ class ClaimView:
 
 @dataclass(frozen=True)
 class World:
-    """The facts outside the graph: capabilities down, the fleet's roles, claims, escalations."""
+    """The facts outside the graph: capabilities down or unknown, the fleet's roles, claims,
+    escalations.
+
+    `unknown` capabilities were never reported on: not up, so an external effect that needs one
+    waits, while reads and reversible work go on. `stop_unnamed_roles` is the fleet's setting
+    that holds every external effect at the uncertain-dependency stop while one of `ROLES` is
+    not named in `roles`.
+    """
 
     down: frozenset[str] = frozenset()
     roles: Mapping[str, str] = field(default_factory=dict)  # role -> capability name
     claims: Mapping[str, ClaimView] = field(default_factory=dict)
     escalations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # task -> open ids
     policy: str = "scoped"
+    unknown: frozenset[str] = frozenset()
+    stop_unnamed_roles: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r} (one of {', '.join(POLICIES)})")
+
+    @property
+    def unnamed_roles(self) -> tuple[str, ...]:
+        """The roles the fleet names no capability for, in `ROLES` order."""
+        return tuple(role for role in ROLES if not self.roles.get(role))
 
 
 @dataclass(frozen=True)

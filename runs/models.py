@@ -102,6 +102,11 @@ class Task(models.Model):
     released = models.BooleanField(
         default=False, help_text="A reviewer released its uncertain-dependency stop boundary."
     )
+    refresh = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Capabilities that came back whose state it reads: its next start re-reads them.",
+    )
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -144,6 +149,9 @@ class Attempt(models.Model):
     reframed = models.BooleanField(default=False)
     rerouted = models.BooleanField(default=False)
     resumed = models.BooleanField(default=False)
+    refreshed = models.JSONField(
+        default=list, blank=True, help_text="Capabilities whose state it said it re-read."
+    )
 
     class Meta:
         constraints = [

@@ -41,6 +41,10 @@ def world_for(run: Run) -> rule.World:
         down=frozenset(
             name for name, status, _ in capabilities if status == Capability.Status.DOWN
         ),
+        unknown=frozenset(
+            name for name, status, _ in capabilities if status == Capability.Status.UNKNOWN
+        ),
+        stop_unnamed_roles=run.fleet.unnamed_roles_stop,
         roles={role: name for name, _, role in capabilities if role},
         claims={
             key: rule.ClaimView(
@@ -57,7 +61,7 @@ def world_for(run: Run) -> rule.World:
     )
 
 
-TaskMeta = dict[str, tuple[int, bool, str]]  # key -> (id, ready, agent name)
+TaskMeta = dict[str, tuple[int, bool, str, list[str]]]  # key -> (id, ready, agent, refresh)
 
 
 def nodes_for(
@@ -82,11 +86,11 @@ def nodes_for(
     for row in Task.objects.filter(run=run).values(
         "pk", "key", "state", "capabilities", "reads_state_of", "effect",
         "dependency_confidence", "transaction", "consumes", "consumes_declared", "checks",
-        "weight", "released", "ready", "agent__name",
+        "weight", "released", "ready", "agent__name", "refresh",
     ):  # fmt: skip
         key = row["key"]
         if meta is not None:
-            meta[key] = (row["pk"], row["ready"], row["agent__name"])
+            meta[key] = (row["pk"], row["ready"], row["agent__name"], row["refresh"])
         nodes[key] = rule.TaskNode(
             key=key,
             state=row["state"],
@@ -218,9 +222,9 @@ def write(
     now = timezone.now()
     if meta is None:
         rows = Task.objects.filter(run=run, key__in=list(updates)).values_list(
-            "pk", "key", "ready", "agent__name"
+            "pk", "key", "ready", "agent__name", "refresh"
         )
-        meta = {key: (pk, ready, agent) for pk, key, ready, agent in rows}
+        meta = {key: (pk, ready, agent, refresh) for pk, key, ready, agent, refresh in rows}
     if previous is None:
         previous = open_blockers(run)
     to_clear: dict[str, list[int]] = {}
@@ -229,7 +233,7 @@ def write(
     became_deferred: list[int] = []
     notifies = bool(run.fleet.callback_url) and run.fleet.callback_disabled_at is None
     for key, blockers in updates.items():
-        pk, ready, agent = meta[key]
+        pk, ready, agent, refresh = meta[key]
         current = previous.get(key, ())
         for code in current:
             if code not in blockers:
@@ -246,7 +250,10 @@ def write(
         hard_before = {c for c in current if c.startswith(HARD)}
         hard_after = {c for c in blockers if c.startswith(HARD)}
         if not blockers and not ready:
-            notify(run.fleet, "task.ready", {"run": run.key, "task": key, "agent": agent})
+            ready_data: dict[str, Any] = {"run": run.key, "task": key, "agent": agent}
+            if refresh:  # capabilities that came back whose state it reads: re-read them first
+                ready_data["refresh"] = list(refresh)
+            notify(run.fleet, "task.ready", ready_data)
         elif hard_after and hard_after != hard_before:
             notify(
                 run.fleet,
@@ -271,15 +278,24 @@ def verify_after_commit(claim: Claim) -> None:
     after_commit(tasks.verify_claim, claim_id)
 
 
-def attempt_flags(task: Task, number: int) -> dict[str, Any]:
-    """What the decision that led to this attempt changed: reframed, rerouted or resumed."""
+def decision_before(task: Task, number: int) -> Decision | None:
+    """The decision that led to attempt `number`: the latest one on the attempt before it."""
     if number == 1:
-        return {}
-    decision = (
+        return None
+    return (
         Decision.objects.filter(task=task, attempt__number=number - 1)
+        .select_related("attempt")
         .order_by("-created_at", "-id")
         .first()
     )
+
+
+def attempt_flags(task: Task, number: int) -> dict[str, Any]:
+    """What the decision that led to this attempt changed: reframed, rerouted or resumed.
+
+    The start gate (runs.task_state) has checked that the attempt did what the decision said.
+    """
+    decision = decision_before(task, number)
     if decision is None:
         return {}
     return {

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import Max, Q
 
 from fleet.errors import ErrorItem, Refusal, error
@@ -18,6 +19,13 @@ from runs.claims import consumers
 from runs.models import Artifact, Attempt, Blocker, Claim, Halt, ProgressLine, Run, Task
 from runs.ownership import refuse_unless_own, run_for, task_for
 from runs.specs import Outcome
+from runs.start_gate import (
+    STOP,
+    capability_blocker_errors,
+    ignored_decision,
+    refresh_errors,
+    refuse_ignored,
+)
 
 
 def task_start(
@@ -29,12 +37,21 @@ def task_start(
     prompt_hash: str,
     context_hash: str,
     consumes: Sequence[str] = (),
+    refreshed: Sequence[str] = (),
     sender: Agent | None = None,
     imported: bool = False,
 ) -> dict[str, Any]:
-    """The gate: an attempt starts only if its task is pending and in the safe ready frontier."""
+    """The gate: an attempt starts only if its task is pending and in the safe ready frontier,
+    does what the decision before it said (a reframe changes the prompt or the context, a reroute
+    changes the agent), and re-read the state of every capability that came back (`refresh`)."""
     found = run_for(actor.fleet_id, run)
     row = task_for(found, task)
+    number = (row.attempts.aggregate(n=Max("number"))["n"] or 0) + 1
+    decision = None if imported else scheduler.decision_before(row, number)
+    if decision is not None and (sender or actor).is_orchestrator:
+        # An orchestrator may act for any agent: naming another than the reroute chose ignores
+        # the decision, which is what it is told (a plain agent is told the task is not its own).
+        refuse_ignored(row, number, ignored_decision(row, number, decision, actor=actor))
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
     if row.state != Task.State.PENDING:
         raise Refusal(
@@ -42,7 +59,12 @@ def task_start(
         )
     if not imported:
         refuse_unless_startable(found, row, consumes)
-    number = (row.attempts.aggregate(n=Max("number"))["n"] or 0) + 1
+        refuse_ignored(
+            row,
+            number,
+            ignored_decision(row, number, decision, actor=actor, hashes=(prompt_hash, context_hash))
+            + refresh_errors(row, refreshed),
+        )
     attempt = Attempt.objects.create(
         task=row,
         number=number,
@@ -50,12 +72,14 @@ def task_start(
         prompt_hash=prompt_hash,
         context_hash=context_hash,
         started_at=at,
+        refreshed=list(dict.fromkeys(refreshed)),
         **scheduler.attempt_flags(row, number),
     )
     row.state = Task.State.RUNNING
     row.ready = False
     row.started_at = row.started_at or at
-    row.save(update_fields=["state", "ready", "started_at"])
+    row.refresh = []  # re-read, as its start said
+    row.save(update_fields=["state", "ready", "started_at", "refresh"])
     consumers.started_on(row, consumes, at, imported=imported)
     scheduler.mark_changed(found, [row.key])
     return {"run": found.key, "task": row.key, "attempt": attempt.number}
@@ -74,9 +98,37 @@ def refuse_unless_startable(run: Run, task: Task, consumes: Sequence[str]) -> No
         raise Refusal(
             [error("data.task", f"task {task.key!r} is not in the safe ready frontier")]
             + [error("blockers", b) for b in blockers]
-            + claim_blocker_errors(run, blockers, task=task),
+            + claim_blocker_errors(run, blockers, task=task)
+            + capability_blocker_errors(run, task, blockers),
             status=409,
         )
+
+
+# Capabilities that came back: the work that reads their state re-reads it before it starts.
+
+REFRESHING = (Task.State.PENDING, Task.State.FAILED, Task.State.ESCALATED)
+
+
+def refresh_needed(*, fleet_id: int, capability: str) -> int:
+    """`capability` came back: every task of the fleet's running runs that reads its state and
+    has yet to start (again) must acknowledge it with `refreshed` on its next task.started."""
+    waiting = Task.objects.filter(
+        run__fleet_id=fleet_id, run__state=Run.State.RUNNING, state__in=REFRESHING
+    )
+    if connection.vendor == "postgresql":  # jsonb containment, filtered in the database
+        waiting = waiting.filter(reads_state_of__contains=[capability])
+    rows = [
+        (pk, refresh)
+        for pk, reads, refresh in waiting.values_list("pk", "reads_state_of", "refresh")
+        if capability in reads and capability not in refresh
+    ]
+    fresh = [pk for pk, refresh in rows if not refresh]
+    # The state again in the update: a task that started meanwhile has read the state.
+    Task.objects.filter(pk__in=fresh, state__in=REFRESHING).update(refresh=[capability])
+    for pk, refresh in rows:
+        if refresh:
+            Task.objects.filter(pk=pk, state__in=REFRESHING).update(refresh=[*refresh, capability])
+    return len(rows)
 
 
 def claim_blocker_errors(
@@ -228,9 +280,6 @@ def cancel(run: Run, keys: Sequence[str], at: datetime) -> None:
     )
 
 
-STOP = "barrier:uncertain-dependency"
-
-
 def release_stop(*, task: Task, by: str, at: datetime) -> Task:
     """Let a task's external effect go ahead although its dependencies are uncertain.
 
@@ -242,9 +291,9 @@ def release_stop(*, task: Task, by: str, at: datetime) -> Task:
     task.run = run
     if task.released:
         raise Refusal(f"{task.key}'s uncertain-dependency stop was released already.", status=409)
-    if (
-        task.effect != Task.Effect.EXTERNAL
-        or task.dependency_confidence != Task.Confidence.UNCERTAIN
+    if task.effect != Task.Effect.EXTERNAL or not (
+        task.dependency_confidence == Task.Confidence.UNCERTAIN
+        or STOP in scheduler.blockers_of(run, task)  # the fleet's unnamed roles hold it
     ):
         raise Refusal(f"{task.key} has no uncertain-dependency stop to release.", status=409)
     if task.state != Task.State.PENDING:

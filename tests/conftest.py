@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -20,6 +21,7 @@ from standardwebhooks.webhooks import Webhook
 from fleet import services, signing
 from fleet.celery import app as celery_app
 from fleet.models import Agent, ApiToken, Fleet
+from fleet.stories import story_clock
 
 REQUIRE_SERVICES = os.environ.get("BULKHEAD_REQUIRE_SERVICES", "") == "1"
 
@@ -112,9 +114,17 @@ class Sender:
         *,
         webhook_id: str | None = None,
         timestamp: str | None = None,
+        received: str | None = None,
     ) -> Any:
-        body = self.body(type, data, timestamp)
-        return self.post_raw(body, self.headers(body, webhook_id=webhook_id))
+        """Post an event; `timestamp` is the envelope's (the agent's own clock), `received` when
+        the server receives it: its clock reads that while it applies the event and the work
+        after commit (a live event's time is the server's). The envelope says `received` too
+        unless `timestamp` is given."""
+        body = self.body(type, data, timestamp or received)
+        if received is None:
+            return self.post_raw(body, self.headers(body, webhook_id=webhook_id))
+        with story_clock(datetime.fromisoformat(received)):
+            return self.post_raw(body, self.headers(body, webhook_id=webhook_id))
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ from django.db.models import Count
 
 from fleet.access import managed_fleet_ids, member_fleets
 from fleet.models import Capability
+from runs.frontier import ROLES
 from runs.models import Blocker, FrontierChange
+from runs.start_gate import either
 
 
 def capability_board(user: Any) -> list[dict[str, Any]]:
@@ -48,3 +50,36 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def fleet_roles(user: Any) -> list[dict[str, Any]]:
+    """Each of the user's fleets with the capability it names for each role, the roles it
+    leaves unnamed, and its setting: whether unnamed roles stop its external effects."""
+    fleets = list(member_fleets(user).order_by("name"))
+    named = {
+        (fleet_id, role): name
+        for fleet_id, role, name in Capability.objects.filter(fleet__in=fleets)
+        .exclude(role="")
+        .values_list("fleet_id", "role", "name")
+    }
+    stopped = dict(
+        Blocker.objects.filter(
+            cleared_at__isnull=True,
+            code="barrier:uncertain-dependency",
+            task__state="pending",
+            task__run__fleet__in=fleets,
+        )
+        .values_list("task__run__fleet_id")
+        .annotate(tasks=Count("task", distinct=True))
+    )
+    managed = set(managed_fleet_ids(user))
+    return [
+        {
+            "fleet": fleet,
+            "roles": [(role, named.get((fleet.pk, role))) for role in ROLES],
+            "unnamed": either([role for role in ROLES if (fleet.pk, role) not in named]),
+            "stopped": stopped.get(fleet.pk, 0),
+            "can_change": fleet.pk in managed,
+        }
+        for fleet in fleets
+    ]

@@ -26,8 +26,21 @@ def claim_facts(
             checked_at=None if unverified else (claim.checked_at or claim.posted_at),
             status=claim.status,  # type: ignore[arg-type]
             evidence_checkable=claim.pk in checkable,
+            run_ended_at=run_end(claim.run),
         )
     return facts
+
+
+def run_end(run: Run) -> datetime | None:
+    """When the run was over (a run that is over and lost its time counts from now)."""
+    return None if run.state == Run.State.RUNNING else run.finished_at
+
+
+# The claim's fields the facts read (with its run's end).
+CLAIM_FIELDS = (
+    "pk", "run_id", "key", "task__key", "posted_at", "checked_at", "status", "run__state",
+    "run__finished_at",
+)  # fmt: skip
 
 
 def checkable_claims(claims: Any) -> set[int]:
@@ -47,11 +60,7 @@ def facts_for(
     run: Run,
 ) -> tuple[dict[str, rule.ClaimFact], dict[str, rule.TaskFact], list[rule.ClaimUse]]:
     """The run's claims, tasks and claim uses as the pure rule's facts, in five queries."""
-    claims = (
-        Claim.objects.filter(run=run)
-        .select_related("task")
-        .only("pk", "run_id", "key", "task__key", "posted_at", "checked_at", "status")
-    )
+    claims = Claim.objects.filter(run=run).select_related("task", "run").only(*CLAIM_FIELDS)
     claim_rows = list(claims)
     facts = claim_facts(claim_rows, checkable_claims(Claim.objects.filter(run=run)), one_run)
     edges: dict[int, list[str]] = {}
@@ -123,11 +132,7 @@ def handoffs_for_fleet(
         return f"{run_id}:{name}"
 
     facts = claim_facts(
-        claims.select_related("task").only(
-            "pk", "run_id", "key", "task__key", "posted_at", "checked_at", "status"
-        ),
-        checkable_claims(claims),
-        key,
+        claims.select_related("task", "run").only(*CLAIM_FIELDS), checkable_claims(claims), key
     )
     uses: list[rule.ClaimUse] = []
     task_ids = set(claims.values_list("task_id", flat=True))

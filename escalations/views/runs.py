@@ -16,7 +16,7 @@ from escalations.selectors.runs import run_detail, runs_of
 from escalations.services import claim_check_by_hand, claim_raise, task_release_stop
 from fleet.access import reviews
 from fleet.errors import Refusal
-from fleet.models import Delivery
+from fleet.models import Capability, Delivery
 from runs.models import Claim, Run, Task
 from runs.selectors import CHECKPOINT_ROWS, checkpoint_rows
 from runs.task_state import STOP
@@ -113,10 +113,18 @@ def run_page(
         key: (pk, released)
         for key, pk, released in Task.objects.filter(run=found).values_list("key", "pk", "released")
     }
+    # A capability blocker of a capability nobody reported on says so (it is not down).
+    unknown = [
+        f"capability:{name}"
+        for name in Capability.objects.filter(
+            fleet_id=found.fleet_id, status=Capability.Status.UNKNOWN
+        ).values_list("name", flat=True)
+    ]
     for task in detail["tasks"]:
         task["id"], task["released"] = tasks[task["key"]]
         task["anchor"] = f"task-{task['key']}"
         task["stopped"] = STOP in task["blockers"]
+        task["unknown"] = [b for b in task["blockers"] if b in unknown]
     # A pending task in the ready frontier is counted as ready, as the table and graph show it.
     counted = Counter(
         "ready" if t["state"] == Task.State.PENDING and t["ready"] else t["state"]

@@ -199,22 +199,54 @@ class FrontierOut(Schema):
     deferred: list[Deferred]
 
 
+class PreviousAttempt(Schema):
+    """The attempt the decision was on: what the next one must differ from."""
+
+    number: int
+    agent: str
+    prompt_hash: str
+    context_hash: str
+
+
 class ContextOut(Schema):
-    """Ground truth for the task's next attempt: the latest decision, its scope, assignment."""
+    """Ground truth for the task's next attempt: the latest decision, its scope, assignment,
+    and what the next `task.started` must do for the start gate to let it through."""
 
     run: str
     task: str
     state: str = one_of(Task.State)
-    agent: str
+    agent: str = Field(
+        description="The agent whose attempt is next (after a reroute, the new one)."
+    )
     attempts: int
     blockers: list[str]
     decision: str | None = Field(description="The latest decision's action.")
+    decision_id: int | None = Field(description="The latest decision's id (as in the run's).")
     reason: str | None
     ground_truth: list[dict[str, Any]] = Field(
         description="Every piece of ground truth the task was given, oldest first, each once."
     )
     scope: str | None
     not_before: datetime | None
+    must_change: list[str] = Field(
+        description=(
+            "What the next attempt must change, or its task.started is refused with 409 naming "
+            'the decision: ["prompt_hash", "context_hash"] after a reframe (at least one of '
+            'the two must differ from previous_attempt\'s), ["agent"] after a reroute (it is '
+            "started by `agent`, or by an orchestrator naming it in data.agent); [] otherwise."
+        ),
+        json_schema_extra={"items": {"enum": ["prompt_hash", "context_hash", "agent"]}},
+    )
+    previous_attempt: PreviousAttempt | None = Field(
+        description="The attempt the reframe or reroute decided on (null when nothing must change)."
+    )
+    refresh: list[str] = Field(
+        description=(
+            "Capabilities that came back after being down and whose state the task reads: its "
+            "next task.started must list each in `refreshed` (having re-read it), or it is "
+            "refused with 409 naming the capability."
+        )
+    )
 
 
 class AnswerOut(Schema):

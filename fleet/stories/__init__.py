@@ -92,9 +92,10 @@ def play(
     """Post the story's steps in order (all, or the given indexes); each must get its status.
 
     `start` moves the story's events from `story.start` (e.g. to `recent`) and runs the server's
-    clock with them: what Bulkhead does in response to a step (checks, decisions, escalations,
-    blockers) is stamped at that step's time, as if the story were happening live, instead of
-    all at the moment it is loaded. Without it, the server keeps its own clock (the tests).
+    clock with them: each step is received, and what Bulkhead does in response (checks,
+    decisions, escalations, blockers) is stamped, at that step's time, as if the story were
+    happening live, instead of all at the moment it is loaded. Without it, the server keeps its
+    own clock, and a live story's events are timed by when they arrive (a few seconds apart).
     """
     replies = []
     chosen = set(steps) if steps is not None else None
@@ -125,9 +126,9 @@ def story_clock(at: datetime) -> Iterator[None]:
 def recent(story: Story, now: datetime) -> datetime:
     """A start for the story such that its last event happened a minute before `now`.
 
-    A live story played with its fixed dates would mix them with the server's clock, which
-    stamps what Bulkhead does in response (checks, decisions, escalations): a claim posted on
-    the story's date and checked by a verifier today would read as days unchecked.
+    Bulkhead times a live event by when it receives it, so a story that took minutes is played
+    with the server's clock at each step's time (`play(start=...)`); ending just before `now`,
+    what the worker then does on its own clock follows the story instead of preceding it.
     """
     return now - timedelta(minutes=max((step.minute for step in story.steps), default=0) + 1)
 

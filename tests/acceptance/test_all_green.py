@@ -5,11 +5,12 @@ import json
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from escalations.models import Escalation
 from fleet import services
 from fleet.models import Event
-from fleet.stories import all_green, play
+from fleet.stories import all_green, play, recent
 from runs.models import Attempt, Claim, Decision, Task
 from tests.acceptance.conftest import api, fleet_for
 from tests.conftest import eventually
@@ -28,6 +29,13 @@ def fleet(tmp_path):
     return fleet
 
 
+@pytest.fixture
+def start():
+    """The replay is played live: the server's clock runs with the story's minutes (it times
+    live events by when it receives them), as in the demo."""
+    return recent(STORY, timezone.now())
+
+
 def radius(body: dict, key: str) -> dict:
     return next(c for c in body["claims"] if c["key"] == key)["blast_radius"]
 
@@ -43,9 +51,9 @@ def test_the_past_run_travelled_3_agents_4_prs_and_40_minutes(worker, client, fl
 
 
 def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_second_failure(
-    worker, client, http, fleet
+    worker, client, http, fleet, start
 ):
-    play(fleet, STORY, range(all_green.REFUTED + 1), transport=http)
+    play(fleet, STORY, range(all_green.REFUTED + 1), transport=http, start=start)
     # The invented column arrived unverified: posted without evidence, it gated the coders.
     posted = Event.objects.get(type="claim.posted", data__claim__key=all_green.CLAIM)
     assert (posted.response["status"], posted.response["reason"]) == (
@@ -60,7 +68,13 @@ def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_se
     assert context["decision"] == "reframe"
     assert "loyalty_points" in json.dumps(context["ground_truth"])
 
-    play(fleet, STORY, range(all_green.REFUTED + 1, all_green.TIER_TABLE + 1), transport=http)
+    play(
+        fleet,
+        STORY,
+        range(all_green.REFUTED + 1, all_green.TIER_TABLE + 1),
+        transport=http,
+        start=start,
+    )
     # No coder started on the bad plan.
     assert not Attempt.objects.filter(task__agent__name__startswith="coder").exists()
     body = api(client, fleet, f"/runs/{all_green.RUN}")
@@ -69,7 +83,7 @@ def test_the_replay_refutes_the_claim_at_the_first_boundary_and_escalates_the_se
 
     # The reframed plan's claim is refuted too: two differently prompted failures agree.
     eventually(lambda: Escalation.objects.filter(task__key="plan").exists())
-    play(fleet, STORY, [len(STORY.steps) - 1], transport=http)
+    play(fleet, STORY, [len(STORY.steps) - 1], transport=http, start=start)
     escalation = Escalation.objects.get(task__key="plan")
     assert escalation.status == "open"
     packet = escalation.packet
@@ -102,13 +116,19 @@ def test_the_schema_agents_select_1_confirms_nothing(worker, client, http, fleet
 
 
 def test_the_reviewers_answer_reframes_the_planner_and_releases_the_coders(
-    worker, client, http, fleet
+    worker, client, http, fleet, start
 ):
-    play(fleet, STORY, range(all_green.REFUTED + 1), transport=http)
+    play(fleet, STORY, range(all_green.REFUTED + 1), transport=http, start=start)
     eventually(lambda: Decision.objects.filter(task__key="plan", action="reframe").exists())
-    play(fleet, STORY, range(all_green.REFUTED + 1, all_green.TIER_TABLE + 1), transport=http)
+    play(
+        fleet,
+        STORY,
+        range(all_green.REFUTED + 1, all_green.TIER_TABLE + 1),
+        transport=http,
+        start=start,
+    )
     eventually(lambda: Escalation.objects.filter(task__key="plan").exists())
-    play(fleet, STORY, [len(STORY.steps) - 1], transport=http)
+    play(fleet, STORY, [len(STORY.steps) - 1], transport=http, start=start)
     escalation = Escalation.objects.get(task__key="plan")
 
     alice, _ = services.member_add(username="alice", fleet=fleet, role="reviewer")

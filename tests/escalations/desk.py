@@ -87,7 +87,11 @@ class Desk:
                 "run": run,
                 "task": task,
                 "agent": self.agent_of(run, task),
-                "attempt": {"prompt_hash": "p1", "context_hash": "c1"},
+                # A new prompt each attempt, as a reframe (an answer) requires.
+                "attempt": {
+                    "prompt_hash": f"p{self.attempts(run, task) + 1}",
+                    "context_hash": "c1",
+                },
             },
             timestamp=timestamp,
         )
@@ -104,6 +108,11 @@ class Desk:
         )
         assert submitted.status_code == 202, submitted.content
         return Escalation.objects.get(pk=submitted.json()["escalation"])
+
+    def attempts(self, run: str, task: str) -> int:
+        from runs.models import Attempt
+
+        return Attempt.objects.filter(task__run__key=run, task__key=task).count()
 
     def agent_of(self, run: str, task: str) -> str:
         from runs.models import Task

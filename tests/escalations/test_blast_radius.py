@@ -2,6 +2,7 @@
 
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -270,6 +271,44 @@ def test_an_unchecked_claim_counts_to_now_and_every_use_so_far() -> None:
     )
 
     assert radius == Radius(agents=1, artifacts=0, minutes=60.0, tasks=("build",))
+
+
+def test_an_unchecked_claim_of_a_run_that_is_over_stops_counting_at_the_runs_end() -> None:
+    tasks = by_key(
+        task("plan", agent="planner", started=0), task("build", agent="coder-a", started=5)
+    )
+    ended = replace(claim("plan.x", by="plan", posted=1), run_ended_at=at(31))
+
+    for now in (at(40), at(60 * 24 * 30)):  # an hour later, a month later: the same
+        radius = blast_radius(
+            "plan.x",
+            claims={"plan.x": ended},
+            tasks=tasks,
+            uses=[use("plan.x", "build", 5)],
+            now=now,
+        )
+        assert radius == Radius(agents=1, artifacts=0, minutes=30.0, tasks=("build",))
+
+
+def test_a_claim_checked_after_its_run_ended_counts_to_its_check() -> None:
+    # The all-green run: it succeeded at 09:32, and the reviewer refuted the plan at 09:41.
+    refuted = replace(ALL_GREEN_CLAIMS["plan.customer-tier"], run_ended_at=at(32))
+    radius = blast_radius(
+        "plan.customer-tier",
+        claims={**ALL_GREEN_CLAIMS, "plan.customer-tier": refuted},
+        tasks=ALL_GREEN_TASKS,
+        uses=ALL_GREEN_USES,
+        now=ALL_GREEN_NOW,
+    )
+    assert radius.minutes == 40.0
+
+
+@given(st.floats(0, 600), st.floats(0, 600), st.floats(0, 60_000))
+def test_an_unchecked_claim_never_counts_past_its_runs_end(
+    posted: float, ended: float, now: float
+) -> None:
+    fact = replace(claim("x", by="p", posted=posted), run_ended_at=at(ended))
+    assert fact.unchecked_minutes(at(now)) <= max(0.0, ended - posted) + 1e-6  # microseconds
 
 
 def test_downstream_tasks_count_only_if_they_started_before_the_check() -> None:

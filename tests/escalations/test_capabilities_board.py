@@ -115,3 +115,89 @@ def test_while_the_work_is_re_evaluated_the_board_says_so_and_polls_itself(clien
     page = client.get("/capabilities/").content.decode()
     assert "re-evaluating" not in page and "hx-trigger" not in page
     assert "1 task in 1 run" in page
+
+
+# Uncertainty: what nobody reported, and roles nobody named.
+
+
+@pytest.fixture
+def unreported(planner, coder):
+    planner.post(
+        "run.started",
+        {"run": "r1", "tasks": [task("publish", capabilities=["forge"], effect="external")]},
+    )
+    return Capability.objects.get(name="forge")
+
+
+def test_a_capability_nobody_reported_on_shows_as_unknown_and_can_be_reported_either_way(
+    client, alice, unreported
+):
+    client.force_login(alice)
+    page = client.get("/capabilities/").content.decode()
+    assert '<span class="badge badge-unknown">unknown</span>' in page
+    assert "nobody has reported on it" in page
+    assert "Mark forge up</button>" in page and "Mark forge down</button>" in page
+
+    response = client.post(
+        f"/capabilities/{unreported.pk}/", {"status": "down", "reason": "forge 503s"}
+    )
+    assert response.status_code == 302
+    unreported.refresh_from_db()
+    assert unreported.status == "down"
+
+
+def test_a_manager_cannot_set_a_capability_back_to_unknown(client, alice, unreported):
+    client.force_login(alice)
+    response = client.post(f"/capabilities/{unreported.pk}/", {"status": "unknown", "reason": "x"})
+    assert response.status_code == 422
+    assert "Choose up or down" in response.content.decode()
+
+
+def test_the_board_names_the_roles_a_fleet_leaves_unnamed(client, bob, fleet, planner):
+    planner.post(
+        "capability.changed",
+        {"capability": "iam", "status": "up", "reason": "ok", "role": "authority"},
+    )
+    client.force_login(bob)
+    page = client.get("/capabilities/").content.decode()
+    assert "authority <code>iam</code>" in page
+    assert (
+        "No observability or rollback capability is named: external effects are not held back "
+        "on their state, which nobody reports." in page
+    )
+    assert "The setting is off; managers change it." in page
+
+
+def test_a_manager_makes_unnamed_roles_stop_the_fleets_external_effects(
+    client, alice, fleet, unreported, planner
+):
+    from django.test import TestCase
+
+    planner.post("capability.changed", {"capability": "forge", "status": "up", "reason": "ok"})
+    client.force_login(alice)
+    page = client.get("/capabilities/").content.decode()
+    assert "Stop acme's external effects while a role is unnamed</button>" in page
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        response = client.post(f"/capabilities/fleets/{fleet.pk}/unnamed-roles-stop/", {"on": "1"})
+    assert response.status_code == 302
+    fleet.refresh_from_db()
+    assert fleet.unnamed_roles_stop
+    assert Blocker.objects.filter(
+        task__key="publish", code="barrier:uncertain-dependency", cleared_at=None
+    ).exists()
+    page = client.get("/capabilities/").content.decode()
+    assert (
+        "No authority, observability or rollback capability is named: every external effect "
+        "waits for a reviewer's release (1 task waiting)." in page
+    )
+
+
+def test_only_a_manager_changes_the_fleets_setting(client, bob, alice, fleet):
+    client.force_login(bob)
+    url = f"/capabilities/fleets/{fleet.pk}/unnamed-roles-stop/"
+    assert client.post(url, {"on": "1"}).status_code == 403
+    client.force_login(alice)
+    assert client.post(url, {"on": "maybe"}).status_code == 422
+    fleet.refresh_from_db()
+    assert not fleet.unnamed_roles_stop

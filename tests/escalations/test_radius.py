@@ -10,6 +10,7 @@ from django.core.management import call_command
 
 from escalations.selectors.radius import handoffs_for, handoffs_for_fleet, radii_for
 from fleet import services
+from fleet.models import Event
 from runs.models import Run
 from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
@@ -116,7 +117,7 @@ def test_a_handoff_with_evidence_counts_as_checkable(
             "consumes": ["plan.points"],
         },
     ]
-    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, timestamp=at(0))
+    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, received=at(0))
     seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
     claim = {
         "key": "plan.points",
@@ -160,3 +161,51 @@ def test_a_fleets_handoffs_merge_its_runs_and_keep_fleets_apart(client, fleet, t
     assert acme[0]["median_unchecked_minutes"] == 40.0
     assert handoffs_for_fleet([other.pk], now=AN_HOUR_IN) == beta
     assert handoffs_for_fleet([]) == []
+
+
+# Honest minutes: the server's clock for live events, and nothing counts past the run's end.
+
+
+def at_time(minutes: float) -> datetime:
+    return datetime.fromisoformat(at(minutes))
+
+
+def test_an_agents_own_timestamps_do_not_stretch_a_live_claims_minutes(client, fleet):
+    seed = phoenixdx(client, fleet)
+    tasks = [{"key": "plan", "agent": "planner"}]
+    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, received=at(0))
+    seed.planner.post(
+        "task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT}, received=at(0)
+    )
+    claim = {"key": "plan.x", "statement": "the plan holds", "load_bearing": False}
+    # A careless agent's clock: a year behind the server's.
+    seed.planner.post(
+        "claim.posted",
+        {"run": RUN, "task": "plan", "claim": claim},
+        timestamp="2025-06-02T09:01:00Z",
+        received=at(1),
+    )
+    run = Run.objects.get(key=RUN)
+
+    assert radii_for(run, now=at_time(3))["plan.x"]["minutes"] == 2.0
+    assert Event.objects.get(type="claim.posted").occurred_at.year == 2025  # kept, not used
+
+
+def test_a_finished_runs_unchecked_claim_stops_growing_at_its_end(client, fleet):
+    seed = phoenixdx(client, fleet)
+    tasks = [{"key": "plan", "agent": "planner"}]
+    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, received=at(0))
+    seed.planner.post(
+        "task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT}, received=at(0)
+    )
+    claim = {"key": "plan.x", "statement": "the plan holds", "load_bearing": False}
+    seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim}, received=at(1))
+    seed.planner.post(
+        "task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"}, received=at(5)
+    )
+    run = Run.objects.get(key=RUN)
+    assert (run.state, run.finished_at) == ("succeeded", at_time(5))
+
+    assert radii_for(run, now=at_time(60))["plan.x"]["minutes"] == 4.0
+    assert radii_for(run)["plan.x"]["minutes"] == 4.0  # months later, on the real clock
+    assert handoffs_for_fleet([fleet.pk], now=at_time(600)) == []

@@ -126,3 +126,30 @@ def test_a_task_of_another_run_is_not_found(desk, alice):
     publish = Task.objects.get(key="publish")
     response = signed_in(alice).post(f"/runs/{other.pk}/tasks/{publish.pk}/release/")
     assert response.status_code == 404
+
+
+def test_a_reviewer_releases_the_stop_that_the_fleets_unnamed_roles_put_on_an_effect(
+    desk, fleet, alice
+):
+    from runs.capabilities import unnamed_roles_stop_set
+
+    desk.run(
+        "ship",
+        tasks=[{"key": "push-tag", "agent": "coder", "effect": "external"}],
+    )
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        unnamed_roles_stop_set(fleet=fleet, on=True)
+    push = Task.objects.get(key="push-tag")
+    assert blockers("push-tag") == [STOP]
+    browser = signed_in(alice)
+    run = push.run
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    assert 'Release<span class="visually-hidden"> the stop of push-tag</span></button>' in page
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        response = browser.post(f"/runs/{run.pk}/tasks/{push.pk}/release/")
+    assert response.status_code == 302
+    push.refresh_from_db()
+    assert push.released and push.ready and blockers("push-tag") == []
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    assert "uncertain-dependency stop released" in page

@@ -125,3 +125,20 @@ def test_decisions_are_named_in_words(desk, browser):
     assert '<span class="badge badge-carry_on">carry on</span>' in page
     assert '<span class="badge badge-resume">resume</span>' in page
     assert ">carry_on<" not in page
+
+
+def test_a_capability_nobody_reported_on_is_shown_as_unknown_beside_its_blocker(desk, browser):
+    desk.planner.post(
+        "tasks.added",
+        {"run": "tier-discounts", "tasks": [
+            {"key": "publish", "agent": "coder", "capabilities": ["registry"], "effect": "external"},
+        ]},
+    )  # fmt: skip
+    run = Run.objects.get(key="tier-discounts")
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    row = page[page.index('id="task-publish"') :]
+    row = row[: row.index("</tr>")]
+    assert (
+        '<code class="blocker">capability:registry</code> '
+        '<small class="muted">(unknown: nobody has reported on it)</small>'
+    ) in row

@@ -46,6 +46,16 @@ def test_a_new_callback_url_enables_an_endpoint_that_a_410_disabled():
     assert (fleet.callback_disabled_at, fleet.callback_disabled_reason) == (None, "")
 
 
+def test_fleet_create_sets_whether_unnamed_roles_stop_external_effects():
+    assert run_command("fleet_create", "acme")["unnamed_roles_stop"] is False
+    assert run_command("fleet_create", "acme", "--unnamed-roles-stop")["unnamed_roles_stop"] is True
+    assert Fleet.objects.get(name="acme").unnamed_roles_stop
+    run_command("fleet_create", "acme")  # not named: unchanged
+    assert Fleet.objects.get(name="acme").unnamed_roles_stop
+    run_command("fleet_create", "acme", "--no-unnamed-roles-stop")
+    assert not Fleet.objects.get(name="acme").unnamed_roles_stop
+
+
 def test_fleet_create_refuses_a_bad_name_or_url():
     with pytest.raises(CommandError, match="slug"):
         run_command("fleet_create", "not a slug")

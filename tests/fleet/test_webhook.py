@@ -5,6 +5,7 @@ import time
 
 import pytest
 from django.test import TestCase
+from django.utils import timezone
 
 from escalations.models import Escalation
 from fleet import services
@@ -913,3 +914,18 @@ def test_a_dot_key_is_refused_it_would_vanish_from_a_url(planner, coder, key):
     assert response.status_code == 422
     assert response.json()["errors"][0]["loc"] == "data.run"
     assert not response.json()["errors"][0]["msg"].startswith("Value error")
+
+
+def test_a_live_events_time_is_when_the_server_received_it_not_the_agents_stamp(planner, coder):
+    start(planner)
+    before = timezone.now()
+    response = coder.post(
+        "task.started",
+        {"run": "r1", "task": "a", "attempt": ATTEMPT},
+        timestamp="2020-01-01T00:00:00Z",  # an agent's clock far in the past
+    )
+    assert response.status_code == 202, response.content
+    started = Task.objects.get(key="a").started_at
+    assert before <= started <= timezone.now()
+    event = Event.objects.get(type="task.started")
+    assert (event.occurred_at.year, event.received_at) == (2020, started)

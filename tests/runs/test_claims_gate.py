@@ -29,13 +29,13 @@ def plan_posts(
         planner.post(
             "run.started",
             {"run": RUN, "tasks": seed_tasks(coders_consume=coders_consume)},
-            timestamp=at(0),
+            received=at(0),
         ).status_code
         == 202
     )
     assert (
         planner.post(
-            "task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT}, timestamp=at(0)
+            "task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT}, received=at(0)
         ).status_code
         == 202
     )
@@ -43,12 +43,12 @@ def plan_posts(
     if evidence is not None:
         claim["evidence"] = evidence
     posted = planner.post(
-        "claim.posted", {"run": RUN, "task": "plan", "claim": claim}, timestamp=at(1)
+        "claim.posted", {"run": RUN, "task": "plan", "claim": claim}, received=at(1)
     )
     assert posted.status_code == 202, posted.json()
     assert (
         planner.post(
-            "task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"}, timestamp=at(1.5)
+            "task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"}, received=at(1.5)
         ).status_code
         == 202
     )
@@ -57,7 +57,7 @@ def plan_posts(
 
 def start(sender, key: str, **data):
     return sender.post(
-        "task.started", {"run": RUN, "task": key, "attempt": ATTEMPT, **data}, timestamp=at(2)
+        "task.started", {"run": RUN, "task": key, "attempt": ATTEMPT, **data}, received=at(2)
     )
 
 
@@ -107,7 +107,7 @@ def test_the_plan_itself_is_not_evidence(client, seed):
 
 
 def test_a_claim_not_posted_yet_blocks_what_builds_on_it(client, seed):
-    seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
+    seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, received=at(0))
     seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
     seed.planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
 
@@ -127,7 +127,7 @@ def test_a_claim_not_posted_yet_blocks_what_builds_on_it(client, seed):
 def test_a_claim_posted_as_not_load_bearing_that_a_task_consumes_is_raised_and_gates_it(
     client, seed
 ):
-    seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
+    seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, received=at(0))
     seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
     claim = {"key": "plan.customer-tier", "statement": INVENTED, "load_bearing": False}
     posted = seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
@@ -146,7 +146,7 @@ def test_a_claim_nothing_consumes_stays_not_load_bearing_and_informs_work_withou
         {"key": "plan", "agent": "planner"},
         {"key": "notes", "agent": "coder-a", "prerequisites": ["plan"], "consumes": []},
     ]
-    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, timestamp=at(0))
+    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, received=at(0))
     seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
     claim = {"key": "plan.customer-tier", "statement": INVENTED, "load_bearing": False}
     posted = seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
@@ -183,9 +183,7 @@ def check(seed: PhoenixDX, evidence: dict, **data):
         "claim": "plan.customer-tier",
         "verdict": "refuted",
     }
-    return seed.schema.post(
-        "claim.checked", {**body, "evidence": evidence, **data}, timestamp=at(3)
-    )
+    return seed.schema.post("claim.checked", {**body, "evidence": evidence, **data}, received=at(3))
 
 
 def test_a_check_citing_another_agents_text_is_refused_with_422_saying_why(client, seed):

@@ -383,6 +383,55 @@ def test_it_handles_a_hundred_thousand_tasks() -> None:
     assert result.ready
 
 
+# Uncertainty fails closed: unknown capabilities, unnamed roles.
+
+
+def test_an_external_effect_waits_on_a_capability_nobody_reported_on() -> None:
+    nodes = run(
+        TaskNode("publish", capabilities=("forge",), effect="external"),
+        TaskNode("fetch", capabilities=("forge",)),
+        TaskNode("branch", capabilities=("forge",), effect="reversible"),
+        TaskNode("report", reads_state_of=("forge",)),
+    )
+    result = frontier(nodes, World(unknown=frozenset({"forge"})))
+    assert result.deferred == {"publish": ("capability:forge",)}
+    assert result.ready == ("branch", "fetch", "report")
+    # Once someone reports it up, the effect goes ahead; down, everything needing it waits.
+    assert frontier(nodes, World()).ready == ("branch", "fetch", "publish", "report")
+    assert "fetch" in frontier(nodes, World(down=frozenset({"forge"}))).deferred
+
+
+def test_an_unknown_role_capability_holds_external_effects_like_a_down_one() -> None:
+    nodes = run(TaskNode("deploy", effect="external"), TaskNode("build"))
+    world = World(roles={"authority": "iam"}, unknown=frozenset({"iam"}))
+    assert frontier(nodes, world).deferred == {"deploy": ("barrier:authority",)}
+
+
+def test_with_the_fleets_setting_unnamed_roles_stop_external_effects_until_released() -> None:
+    nodes = run(
+        TaskNode("deploy", effect="external"),
+        TaskNode("released", effect="external", released=True),
+        TaskNode("build", effect="reversible"),
+    )
+    partly = {"authority": "iam", "observability": "metrics"}  # no rollback named
+    world = World(roles=partly, stop_unnamed_roles=True)
+    assert world.unnamed_roles == ("rollback",)
+    assert frontier(nodes, world).deferred == {"deploy": ("barrier:uncertain-dependency",)}
+    # Setting off, or every role named: nothing is uncertain about the effect's conditions.
+    assert frontier(nodes, replace(world, stop_unnamed_roles=False)).deferred == {}
+    named = {**partly, "rollback": "snapshots"}
+    assert frontier(nodes, replace(world, roles=named)).deferred == {}
+
+
+def test_naming_a_role_re_evaluates_the_external_effects_it_stopped() -> None:
+    nodes = run(TaskNode("deploy", effect="external"), TaskNode("build"))
+    before = World(roles={"authority": "iam", "observability": "metrics"}, stop_unnamed_roles=True)
+    after = replace(before, roles={**before.roles, "rollback": "snapshots"})
+    changed = touched_by_capability(nodes, "snapshots", after)
+    updates = recompute(nodes, after, previous=stored(frontier(nodes, before)), changed=changed)
+    assert updates == {"deploy": ()}
+
+
 # Properties on random runs.
 
 CAPABILITIES = ("forge", "registry", "crm", "telemetry")
@@ -441,12 +490,18 @@ def worlds(draw: st.DrawFn, policy: str | None = None) -> World:
     escalations = draw(
         st.dictionaries(st.sampled_from([f"t{i}" for i in range(12)]), st.just(("e1",)), max_size=2)
     )
+    down = frozenset(draw(st.sets(st.sampled_from(CAPABILITIES), max_size=2)))
+    unknown = frozenset(
+        draw(st.sets(st.sampled_from([c for c in CAPABILITIES if c not in down]), max_size=2))
+    )
     return World(
-        down=frozenset(draw(st.sets(st.sampled_from(CAPABILITIES), max_size=2))),
+        down=down,
+        unknown=unknown,
         roles=roles,
         claims=claims,
         escalations=escalations,
         policy=policy or draw(st.sampled_from(("scoped", "global_halt"))),
+        stop_unnamed_roles=draw(st.booleans()),
     )
 
 
@@ -458,8 +513,14 @@ def local_blockers(nodes: Mapping[str, TaskNode], world: World, key: str) -> set
     if any(c in world.down for c in node.reads_state_of):
         found.add("barrier:freshness")
     if node.effect == "external":
-        found |= {f"barrier:{role}" for role, c in world.roles.items() if c in world.down}
-        if node.dependency_confidence == "uncertain" and not node.released:
+        found |= {f"capability:{c}" for c in node.capabilities if c in world.unknown}
+        not_up = world.down | world.unknown
+        found |= {f"barrier:{role}" for role, c in world.roles.items() if c in not_up}
+        unnamed = {"authority", "observability", "rollback"} - set(world.roles)
+        uncertain = node.dependency_confidence == "uncertain" or (
+            world.stop_unnamed_roles and bool(unnamed)
+        )
+        if uncertain and not node.released:
             found.add("barrier:uncertain-dependency")
     above: set[str] = set()  # every task it depends on, directly or through others
     grow = list(node.prerequisites)
@@ -626,8 +687,10 @@ def changes(draw: st.DrawFn) -> tuple[Nodes, World, Nodes, World, set[str]]:
         changed = {key}
     elif kind == "capability":
         name = draw(st.sampled_from(CAPABILITIES))
-        down = world.down - {name} if name in world.down else world.down | {name}
-        new_world = replace(world, down=down)
+        # Reported for the first time (unknown: up or down), or down and back.
+        reported_down = name not in world.down and draw(st.booleans())
+        down = world.down | {name} if reported_down else world.down - {name}
+        new_world = replace(world, down=down, unknown=world.unknown - {name})
         changed = touched_by_capability(new_nodes, name, new_world)
     elif kind == "claim":
         claim = draw(st.sampled_from(CLAIMS))

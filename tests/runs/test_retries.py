@@ -1,5 +1,6 @@
 """The retry policy wired to events: after a failure something changes before the next attempt."""
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -286,7 +287,7 @@ def test_failures_from_before_a_capability_came_back_do_not_trip_it_again(hooked
         coder.post(
             "task.finished",
             {"run": RUN, "task": key, "outcome": "failed", "failure": failure},
-            timestamp=f"2026-12-02T10:{minute:02d}:00Z",
+            received=f"2026-12-02T10:{minute:02d}:00Z",
         )
 
     for minute in range(3):
@@ -303,6 +304,7 @@ def test_failures_from_before_a_capability_came_back_do_not_trip_it_again(hooked
 
 def test_transient_failures_outside_the_breakers_window_do_not_trip_it(hooked, planner, coder):
     planner.post("run.started", {"run": RUN, "tasks": [task("push", capabilities=["forge"])]})
+    planner.post("capability.changed", {"capability": "forge", "status": "up", "reason": "ok"})
     for minute in (0, 11, 22):
         start(coder, "push")
         stamp = f"2026-12-02T10:{minute:02d}:00Z"
@@ -310,7 +312,7 @@ def test_transient_failures_outside_the_breakers_window_do_not_trip_it(hooked, p
             "task.finished",
             {"run": RUN, "task": "push", "outcome": "failed",
              "failure": {"kind": "transient", "signature": "502", "capability": "forge"}},
-            timestamp=stamp,
+            received=stamp,
         )  # fmt: skip
         act_when_due(last_decision("push"))
 
@@ -357,15 +359,20 @@ def test_two_differently_prompted_attempts_failing_the_same_way_are_escalated(
     assert start(coder, "a", prompt="p3").status_code == 409
 
 
-def test_the_same_prompt_failing_twice_is_another_vote_not_agreement(
+def test_the_same_prompt_after_a_reframe_is_refused_not_another_vote(
     one_task, coder, coder2, receiver
 ):
+    # The same prompt and context again would be another vote, not agreement (test_policy);
+    # after a reframe the start gate refuses it, so the policy never counts it as reframed.
     attempt(coder, "a", kind="reasoning", signature="off-by-one")
-    attempt(coder, "a", kind="reasoning", signature="off-by-one")
+    reframe = last_decision("a")
+    assert reframe.action == "reframe"
 
-    decision = last_decision("a")
-    assert decision.action == "reroute"
-    assert not decision.reason.startswith("Signal rule")
+    again = start(coder, "a")
+    assert again.status_code == 409
+    assert f"decision {reframe.pk} (reframe)" in json.dumps(again.json())
+    assert not Attempt.objects.filter(task__key="a", number=2).exists()
+    assert last_decision("a") == reframe
     assert sent(receiver, "packet.requested") == []
 
 
@@ -682,7 +689,7 @@ def test_after_its_budget_slow_transient_failures_hand_the_task_to_the_scheduler
             "task.finished",
             {"run": RUN, "task": "push", "outcome": "failed",
              "failure": {"kind": "transient", "signature": "502", "capability": "forge"}},
-            timestamp=f"2026-12-02T10:{minute:02d}:00Z",
+            received=f"2026-12-02T10:{minute:02d}:00Z",
         )  # fmt: skip
         act_when_due(last_decision("push"))
 

@@ -3,6 +3,7 @@
 import psycopg
 import pytest
 
+from fleet.models import Delivery
 from fleet.tasks import reconcile
 from runs.models import Blocker, FrontierChange, Run, Task
 from tests.conftest import database_url, eventually, task
@@ -88,3 +89,68 @@ def test_a_worker_killed_in_the_middle_of_a_recompute_loses_no_release(worker, p
     eventually(lambda: Task.objects.get(key="push").ready)
     assert not forge_blocked()
     eventually(lambda: settled(run))
+
+
+def open_codes(key: str) -> set[str]:
+    rows = Blocker.objects.filter(task__key=key, cleared_at=None)
+    return set(rows.values_list("code", flat=True))
+
+
+def start(sender, key: str, **data):
+    return sender.post("task.started", {"run": "r1", "task": key, "attempt": ATTEMPT, **data})
+
+
+@pytest.mark.postgres
+def test_uncertainty_fails_closed_and_a_capability_back_asks_its_readers_to_refresh(
+    worker, fleet, planner, coder
+):
+    fleet.callback_url = "http://127.0.0.1:9/unreachable"
+    fleet.save(update_fields=["callback_url"])
+    tasks = [
+        task("report", reads_state_of=["forge"]),
+        task("publish", capabilities=["forge"], effect="external"),
+    ]
+    planner.post("run.started", {"run": "r1", "tasks": tasks})
+    # Nobody has reported on the forge: the external effect waits, the read goes on.
+    eventually(lambda: open_codes("publish") == {"capability:forge"})
+    eventually(lambda: Task.objects.get(key="report").ready)
+    assert start(coder, "publish").status_code == 409
+
+    planner.post("capability.changed", {"capability": "forge", "status": "up"})
+    eventually(lambda: Task.objects.get(key="publish").ready)
+    planner.post("capability.changed", {"capability": "forge", "status": "down"})
+    eventually(lambda: open_codes("report") == {"barrier:freshness"})
+    planner.post("capability.changed", {"capability": "forge", "status": "up"})
+
+    def released() -> list[dict]:
+        rows = Delivery.objects.filter(type="task.ready", payload__data__task="report")
+        return [d.payload["data"] for d in rows.order_by("pk") if "refresh" in d.payload["data"]]
+
+    eventually(released)
+    assert released()[-1]["refresh"] == ["forge"]
+    refused = start(coder, "report")
+    assert refused.status_code == 409
+    assert refused.json()["errors"][-1]["loc"] == "data.refreshed"
+    assert start(coder, "report", refreshed=["forge"]).status_code == 202
+
+
+@pytest.mark.postgres
+def test_the_fleets_setting_stops_external_effects_while_a_role_is_unnamed(
+    worker, fleet, planner, coder
+):
+    from django.db import transaction
+
+    from runs.capabilities import unnamed_roles_stop_set
+
+    planner.post("run.started", {"run": "r1", "tasks": [task("deploy", effect="external")]})
+    eventually(lambda: Task.objects.get(key="deploy").ready)
+    with transaction.atomic():
+        unnamed_roles_stop_set(fleet=fleet, on=True)
+    eventually(lambda: open_codes("deploy") == {"barrier:uncertain-dependency"})
+    assert start(coder, "deploy").status_code == 409
+
+    for name, role in (("iam", "authority"), ("metrics", "observability"), ("snap", "rollback")):
+        body = {"capability": name, "status": "up", "reason": "named", "role": role}
+        planner.post("capability.changed", body)
+    eventually(lambda: Task.objects.get(key="deploy").ready)
+    assert start(coder, "deploy").status_code == 202

@@ -75,15 +75,15 @@ def orders(seed: PhoenixDX, orders_database: OrdersDatabase) -> OrdersDatabase:
 def plan_posts(seed: PhoenixDX, evidence: dict | None = None, statement: str = INVENTED) -> Claim:
     """The replay: the planner posts the invented column and finishes; the schema agent starts."""
     planner = seed.planner
-    planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
-    planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT}, timestamp=at(0))
+    planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, received=at(0))
+    planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT}, received=at(0))
     planner.post(
-        "task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"}, timestamp=at(1)
+        "task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"}, received=at(1)
     )
     started = seed.schema.post(
         "task.started",
         {"run": RUN, "task": "confirm-schema", "attempt": ATTEMPT},
-        timestamp=at(1.5),
+        received=at(1.5),
     )
     assert started.status_code == 202, started.json()
     # Posted once the schema agent is at work: a refutation reframes the planner.
@@ -91,7 +91,7 @@ def plan_posts(seed: PhoenixDX, evidence: dict | None = None, statement: str = I
     if evidence is not None:
         claim["evidence"] = evidence
     posted = planner.post(
-        "claim.posted", {"run": RUN, "task": "plan", "claim": claim}, timestamp=at(1)
+        "claim.posted", {"run": RUN, "task": "plan", "claim": claim}, received=at(1)
     )
     assert posted.status_code == 202, posted.json()
     return Claim.objects.get(key="plan.customer-tier")
@@ -107,7 +107,7 @@ def schema_checks(seed: PhoenixDX, verdict: str, evidence: dict, claim: str = "p
             "verdict": verdict,
             "evidence": evidence,
         },
-        timestamp=at(3),
+        received=at(3),
     )
     assert response.status_code == 202, response.json()
     assert response.json()["verdict"] == "pending verification"
@@ -116,7 +116,7 @@ def schema_checks(seed: PhoenixDX, verdict: str, evidence: dict, claim: str = "p
 
 def start(sender, key: str):
     return sender.post(
-        "task.started", {"run": RUN, "task": key, "attempt": ATTEMPT}, timestamp=at(4)
+        "task.started", {"run": RUN, "task": key, "attempt": ATTEMPT}, received=at(4)
     )
 
 
@@ -343,10 +343,10 @@ def test_a_confirmed_verified_check_releases_the_consumer(client, seed, orders):
             "consumes": ["plan.points"],
         },
     ]
-    planner.post("run.started", {"run": RUN, "tasks": tasks}, timestamp=at(0))
+    planner.post("run.started", {"run": RUN, "tasks": tasks}, received=at(0))
     planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
     claim = {"key": "plan.points", "statement": "`customers` has a `loyalty_points` column"}
-    planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim}, timestamp=at(1))
+    planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim}, received=at(1))
     planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
     assert start(seed.coder_a, "points").status_code == 409
 
@@ -613,7 +613,7 @@ def test_dangerous_evidence_is_refused_with_a_reason_and_nothing_runs(
             "not one of the fleet's allowed test commands",
         ),
     }
-    seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, timestamp=at(0))
+    seed.planner.post("run.started", {"run": RUN, "tasks": seed_tasks()}, received=at(0))
     eventually(lambda: Task.objects.get(key="plan").ready)
     assert start(seed.planner, "plan").status_code == 202
     for key, (kind, source, payload, _) in dangerous.items():

@@ -1,11 +1,16 @@
-"""fleet_create NAME [--callback-url URL]: create a fleet (or update its callback URL)."""
+"""fleet_create NAME [--callback-url URL] [--unnamed-roles-stop | --no-unnamed-roles-stop]:
+create a fleet (or update its callback URL and its setting)."""
+
+import argparse
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import URLValidator, validate_slug
+from django.db import transaction
 
 from fleet import services
 from fleet.management.commands._output import emit
+from runs.capabilities import unnamed_roles_stop_set
 
 
 class Command(BaseCommand):
@@ -14,8 +19,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("name")
         parser.add_argument("--callback-url", default="")
+        parser.add_argument(
+            "--unnamed-roles-stop",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="While the fleet names no authority, observability or rollback capability, "
+            "each external effect waits for a reviewer's release (off unless set).",
+        )
 
-    def handle(self, *args, name: str, callback_url: str, **options):  # type: ignore[no-untyped-def]
+    def handle(
+        self, *args, name: str, callback_url: str, unnamed_roles_stop: bool | None, **options
+    ):  # type: ignore[no-untyped-def]
         try:
             validate_slug(name)
             if callback_url:
@@ -23,7 +37,10 @@ class Command(BaseCommand):
         except ValidationError as exc:
             raise CommandError(f"{exc.messages[0]} ({callback_url or name})") from exc
         try:
-            fleet = services.fleet_create(name=name, callback_url=callback_url)
+            with transaction.atomic():
+                fleet = services.fleet_create(name=name, callback_url=callback_url)
+                if unnamed_roles_stop is not None:
+                    fleet = unnamed_roles_stop_set(fleet=fleet, on=unnamed_roles_stop)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         emit(
@@ -32,5 +49,6 @@ class Command(BaseCommand):
                 "fleet": fleet.name,
                 "callback_url": fleet.callback_url or None,
                 "callback_secret": fleet.callback_secret,
+                "unnamed_roles_stop": fleet.unnamed_roles_stop,
             },
         )
