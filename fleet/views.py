@@ -1,6 +1,7 @@
 """HTTP endpoints of the fleet: the agent webhook, the demo callback, health, the error pages."""
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -99,6 +100,9 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
+    """Ready when the database answers (503 otherwise). The broker and the cache are reported as
+    `degraded` when unreachable, not as unready: events are still applied (the reconciler
+    enqueues their work once the broker is back; limits are not enforced without the cache)."""
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:
@@ -115,12 +119,18 @@ def readyz(request: HttpRequest) -> HttpResponse:
         with broker:
             broker.ensure_connection(max_retries=1, timeout=2)
         checks["broker"] = "ok"
-    except Exception as exc:  # noqa: BLE001 - any broker failure means not ready
-        checks["broker"] = f"unavailable: {exc.__class__.__name__}"
-    ok = all(value == "ok" for value in checks.values())
-    response = JsonResponse(
-        {"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503
+    except Exception as exc:  # noqa: BLE001 - any broker failure means degraded
+        checks["broker"] = f"degraded: {exc.__class__.__name__}"
+    try:
+        cache.get("readyz")
+        checks["cache"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - the cache backend's own errors
+        checks["cache"] = f"degraded: {exc.__class__.__name__}"
+    ready = checks["database"] == "ok"
+    status = (
+        "ok" if all(v == "ok" for v in checks.values()) else "degraded" if ready else "unavailable"
     )
-    if not ok:
+    response = JsonResponse({"status": status, "checks": checks}, status=200 if ready else 503)
+    if not ready:
         response["Retry-After"] = str(settings.DATABASE_RETRY_AFTER_SECONDS)
     return response
