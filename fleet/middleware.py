@@ -45,3 +45,32 @@ class DatabaseUnavailableMiddleware:
         if isinstance(exception, DatabaseError) and is_database_down(exception):
             return database_unavailable()
         return None
+
+
+MACHINE_FACING = ("/api/", "/hooks/")
+
+
+class MethodNotAllowedMiddleware:
+    """A method a machine-facing route does not take is a JSON 405 naming the allowed ones (the
+    router answers Django's empty HTML 405 otherwise)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code == 405
+            and request.path.startswith(MACHINE_FACING)
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            allowed = response.get("Allow", "")
+            json = JsonResponse(
+                errors_body(
+                    [error("method", f"{request.method} is not allowed here; use {allowed}")]
+                ),
+                status=405,
+            )
+            json["Allow"] = allowed
+            return json
+        return response

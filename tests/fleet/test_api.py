@@ -84,3 +84,16 @@ def test_openapi_describes_the_api(client):
     assert "/api/v1/runs/{run}/frontier" in paths
     assert "/api/v1/runs/{run}/tasks/{task}/context" in paths
     assert "/api/v1/escalations/{escalation_id}" in paths
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+def test_a_method_an_api_route_does_not_take_is_a_json_405_naming_the_allowed_ones(
+    client, token, method
+):
+    response = client.generic(method, "/api/v1/runs/r1", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+    assert response.json() == {
+        "errors": [{"loc": "method", "msg": f"{method} is not allowed here; use GET"}]
+    }
