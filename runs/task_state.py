@@ -14,6 +14,7 @@ from django.db.models import Max, Q
 
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
+from fleet.outbox import notify
 from runs import scheduler
 from runs.claims import consumers
 from runs.models import Artifact, Attempt, Blocker, Claim, Halt, ProgressLine, Run, Task
@@ -128,6 +129,22 @@ def refresh_needed(*, fleet_id: int, capability: str) -> int:
     for pk, refresh in rows:
         if refresh:
             Task.objects.filter(pk=pk, state__in=REFRESHING).update(refresh=[*refresh, capability])
+    # A task the frontier still holds ready (the outage came and went between two recomputes,
+    # so it never left `ready`) is told now; one that was deferred is told by the recompute
+    # that releases it.
+    for task in Task.objects.filter(
+        pk__in=[pk for pk, _ in rows], state=Task.State.PENDING, ready=True
+    ).select_related("run__fleet", "agent"):
+        notify(
+            task.run.fleet,
+            "task.ready",
+            {
+                "run": task.run.key,
+                "task": task.key,
+                "agent": task.agent.name,
+                "refresh": task.refresh,
+            },
+        )
     return len(rows)
 
 

@@ -129,7 +129,8 @@ def bearing(
     """
     if not subjects:
         return NO_SUBJECT
-    text = "\n".join([source, *_values(payload)])
+    said = _sql_said(source) if kind == "query_result" else source
+    text = "\n".join([said, *_values(payload)])
     if verdict == "verified":
         missing = [s for s in subjects if not mentions(text, s)]
         if missing:
@@ -179,12 +180,27 @@ def _query_agrees(
             return f"the query's rows do not name the column {column}, so they do not show it"
         if verdict == "refuted" and named:
             return f"the query's rows name the column {column}, so they do not show it missing"
-    if verdict == "refuted" and not _READS_SCHEMA.search(source):
+    if not _READS_SCHEMA.search(source):
+        shows = (
+            "rows without the column do not show it missing"
+            if verdict == "refuted"
+            else "rows that name the column do not show it is there (they may be its own words)"
+        )
         return (
             "the query does not read the schema (information_schema.columns, pragma_table_info): "
-            "rows without the column do not show it missing"
+            + shows
         )
     return None
+
+
+_SQL_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+_SQL_ALIAS = re.compile(r"\bAS\s+(\"[^\"]*\"|`[^`]*`|\w+)", re.I)
+
+
+def _sql_said(source: str) -> str:
+    """What a query says about the data: not its comments, not the names it gives its columns
+    (`SELECT 1 AS customer_tier` mentions nothing)."""
+    return _SQL_ALIAS.sub(" ", _SQL_COMMENT.sub(" ", source))
 
 
 def _test_run_agrees(statement: str, payload: Mapping[str, Any], verdict: str) -> str | None:

@@ -259,3 +259,28 @@ def test_a_claim_that_tests_fail_is_settled_by_no_exit_code_either_way():
             judged("`test_gold.py` fails on main", verdict, command, failed, kind="test_run")
             == expected
         )
+
+
+def test_a_literal_row_does_not_show_a_column_is_there():
+    literal = query_result_payload(columns=["'customer_tier'"], rows=[["customer_tier"]])
+    why = judged(INVENTED, "verified", "SELECT 'customer_tier' FROM customers", literal)
+    assert why == (
+        "the query does not read the schema (information_schema.columns, pragma_table_info): "
+        "rows that name the column do not show it is there (they may be its own words)"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "SELECT 1 -- customers.customer_tier",
+        "SELECT 1 /* customers customer_tier */",
+        "SELECT 1 AS customer_tier, 2 AS customers",
+    ],
+)
+def test_a_subject_only_in_a_comment_or_a_column_alias_is_not_mentioned(source):
+    one = query_result_payload(columns=["x"], rows=[[1]])
+    why = judged("The discount reads `customers.customer_tier`", "verified", source, one)
+    assert (
+        why == "the evidence does not mention customers.customer_tier: it bears on another question"
+    )
