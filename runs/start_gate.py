@@ -108,6 +108,21 @@ def capability_blocker_errors(run: Run, task: Task, blockers: Sequence[str]) -> 
             why = f": {capability.reason}" if capability.reason else ""
             msg = f"{name} is {capability.status}{why}"
         errors.append(error(f"capabilities.{name}", msg))
+    if "barrier:freshness" in blockers:
+        down = sorted(
+            Capability.objects.filter(
+                fleet_id=run.fleet_id,
+                name__in=list(task.reads_state_of),
+                status=Capability.Status.DOWN,
+            ).values_list("name", flat=True)
+        )
+        errors.append(
+            error(
+                "barriers.freshness",
+                f"{task.key} reads the state of {', '.join(down) or 'a capability'}, which is "
+                "down: what it would read is stale; it starts once that is back (and re-read)",
+            )
+        )
     if STOP in blockers and task.dependency_confidence != Task.Confidence.UNCERTAIN:
         named = set(
             Capability.objects.filter(fleet_id=run.fleet_id)

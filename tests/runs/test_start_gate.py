@@ -312,3 +312,13 @@ def test_a_refresh_is_asked_of_work_not_yet_started_only(report_run, planner, co
     tell(planner, "forge", "down")
     tell(planner, "forge", "up")  # it is running: it read the state when it started
     assert Task.objects.get(key="report").refresh == []
+
+
+def test_a_start_refused_for_stale_state_says_which_capability_is_down(report_run, coder):
+    refused = errors(start(coder, "report"))
+    assert {"loc": "blockers", "msg": "barrier:freshness"} in refused
+    assert {
+        "loc": "barriers.freshness",
+        "msg": "report reads the state of forge, which is down: what it would read is stale; "
+        "it starts once that is back (and re-read)",
+    } in refused
