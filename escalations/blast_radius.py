@@ -1,4 +1,4 @@
-"""Blast radius: how far an unchecked claim travelled before something checked it (DESIGN 9).
+"""Blast radius: how far an unchecked claim travelled before something checked it.
 
 Pure: the caller loads one run's claims, tasks and claim uses and passes `now`.
 

@@ -1,9 +1,9 @@
-"""Failure-packet validation: what an agent must hand a reviewer before it may stop (DESIGN 7).
+"""Failure-packet validation: what an agent must hand a reviewer before it may stop.
 
 Pure: takes the decoded JSON of `packet.submitted`'s `data.packet` and returns a `Packet` or every
 error, each naming its field. Rules where the contract is silent:
 
-- `ruled_out` is required but may be empty: DESIGN names only `tried` and `evidence` as non-empty,
+- `ruled_out` is required but may be empty: the packet's contract names only `tried` and `evidence` as non-empty,
   and an agent that ruled nothing out should say so rather than invent a hypothesis.
 - `options` may be omitted; when sent it must hold at least one option (an empty field is refused).
 - Evidence entries are evidence objects only, never bare sentences: a sentence is an assertion

@@ -1,4 +1,4 @@
-"""The webhook's event envelope and the `data` of each event type (DESIGN section 3).
+"""The webhook's event envelope and the `data` of each event type.
 
 `fleet.event_json` reads the body as strict JSON (`loads`); `parse` validates it here.
 """

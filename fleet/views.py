@@ -23,7 +23,7 @@ def machine_facing(request: HttpRequest) -> bool:
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Agents get the JSON error body on an unknown path; people get the page."""
     if machine_facing(request):
-        msg = f"no endpoint {request.path!r}; see /api/v1/openapi.json and DESIGN section 3"
+        msg = f"no endpoint {request.path!r}; see /api/v1/openapi.json and the README"
         return JsonResponse(errors_body([error("path", msg)]), status=404)
     if request.headers.get("HX-Request") == "true":
         return refused_in_place(

@@ -1,6 +1,6 @@
 """The retry policy: what happens after a failed attempt, and after killed background work. Pure.
 
-`decide` applies DESIGN section 6 in order: a transient failure is retried with the same context
+`decide` applies the retry policy's rules in order: a transient failure is retried with the same context
 and a backoff, within the task's and the fleet's retry budget (repeated transient failures naming
 one capability trip its circuit breaker); then the signal rule; then reframe; then reroute; then
 escalate. Nothing else ever retries with the same context: re-running a reasoning, spec,

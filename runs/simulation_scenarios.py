@@ -292,7 +292,7 @@ def _expectation(
     value: object, declared: Mapping[str, TaskNode], hidden: bool, errors: list[str]
 ) -> Expectation:
     if value is None:
-        return Expectation(kinds=())  # optional: DESIGN 5's own checks need no expectation
+        return Expectation(kinds=())  # optional: the frontier's own checks need no expectation
     if not isinstance(value, dict):
         errors.append("expect: an object {kinds, held?, invalid?}")
         return Expectation(kinds=())

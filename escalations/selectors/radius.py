@@ -90,7 +90,7 @@ def facts_for(
 
 
 def radii_for(run: Run, *, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-    """Each claim's blast radius (DESIGN 9): agents, artifacts, minutes unchecked, tasks."""
+    """Each claim's blast radius: agents, artifacts, minutes unchecked, tasks."""
     claims, tasks, uses = facts_for(run)
     radii = rule.blast_radii(claims=claims, tasks=tasks, uses=uses, now=now or timezone.now())
     return {

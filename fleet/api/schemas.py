@@ -110,7 +110,7 @@ class TaskRow(Schema):
 
 
 class BlastRadius(Schema):
-    """How far the claim travelled unchecked (DESIGN 9)."""
+    """How far the claim travelled unchecked: the agents, artifacts and minutes it reached."""
 
     agents: int = Field(description="Distinct agents of the affected tasks.")
     artifacts: int = Field(description="Artifacts (PRs, files) the affected tasks reported.")

@@ -9,7 +9,7 @@ from typing import Any, Final, Literal, TypeGuard
 
 EvidenceKind = Literal["query_result", "file_read", "test_run", "http_exchange"]
 
-# The kinds a verifier can re-check against reality (DESIGN section 3).
+# The kinds a verifier can re-check against reality.
 EVIDENCE_KINDS: Final[tuple[EvidenceKind, ...]] = (
     "query_result",
     "file_read",

@@ -1,4 +1,4 @@
-"""import_events FLEET FILE.jsonl: record a past run as it happened (DESIGN section 10).
+"""import_events FLEET FILE.jsonl: record a past run as it happened.
 
 One envelope per line, `{"agent": "<name>", "type": ..., "timestamp": ..., "data": ...}`, applied
 in order through the webhook's own intake with `imported=True`: the envelope timestamps are the
