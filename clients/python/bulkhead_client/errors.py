@@ -1,0 +1,59 @@
+"""What the client raises: one base type, the server's `errors` on every refusal."""
+
+from typing import Any
+
+__all__ = ["Blocked", "BulkheadError", "Refused", "RetriesExhausted", "Unauthorized"]
+
+
+class BulkheadError(Exception):
+    """Anything the client could not get done."""
+
+
+class Refused(BulkheadError):
+    """Bulkhead answered 4xx: `errors` is its `[{"loc", "msg"}, ...]`, naming what is wrong.
+
+    A refused event was not applied: fix it and send it again (the same webhook-id is fine).
+    """
+
+    def __init__(self, status: int, errors: list[dict[str, str]], *, body: Any = None) -> None:
+        self.status = status
+        self.errors = errors
+        self.body = body
+        lines = "; ".join(f"{e.get('loc', '')}: {e.get('msg', '')}" for e in errors)
+        super().__init__(f"{status}: {lines or body!r}")
+
+    def messages(self, loc: str) -> list[str]:
+        """The messages of the errors at `loc` (e.g. "data.claim.evidence")."""
+        return [e.get("msg", "") for e in self.errors if e.get("loc") == loc]
+
+
+class Unauthorized(Refused):
+    """401: a wrong secret or token, a webhook-timestamp off by more than 5 minutes, an unknown
+    agent (Bulkhead answers them alike)."""
+
+
+class Blocked(Refused):
+    """409 from `task.started`: the task is not in the run's safe ready frontier.
+
+    `blockers` are the typed blockers (`claim:plan.tier-source`, `capability:forge`,
+    `prerequisite:plan`, `escalation:12`, `run:failed`, ...); `reasons` say why, beside them
+    (`{"loc": "claims.plan.tier-source", "msg": "... is refuted: ..."}`).
+    """
+
+    def __init__(self, status: int, errors: list[dict[str, str]], *, body: Any = None) -> None:
+        super().__init__(status, errors, body=body)
+        self.blockers = [e.get("msg", "") for e in errors if e.get("loc") == "blockers"]
+        self.reasons = [e for e in errors if e.get("loc") != "blockers"]
+
+
+class RetriesExhausted(BulkheadError):
+    """Bulkhead stayed unavailable (429, 503, no connection) for every try within the bound.
+
+    The event may or may not have been applied: send it again later with the same
+    `webhook_id` (`PreparedEvent` keeps it), and Bulkhead applies it at most once.
+    """
+
+    def __init__(self, message: str, *, attempts: int, last_status: int | None) -> None:
+        self.attempts = attempts
+        self.last_status = last_status
+        super().__init__(message)
