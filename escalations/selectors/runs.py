@@ -42,6 +42,18 @@ def claim_rows(run: Run) -> list[dict[str, Any]]:
 WAITING = (*Escalation.OPEN_STATES, Escalation.Status.RETURNED)
 
 
+def missing_and_note(e: Escalation) -> tuple[list[str], str | None]:
+    """What the agent still has to send (the draft's missing fields, or the field a reviewer
+    returned the packet for), and the reviewer's note when it was returned."""
+    packet = e.packet
+    if e.status == Escalation.Status.RETURNED:
+        missing = [e.returned_reason.split(":", 1)[0]] if e.returned_reason else []
+        return missing, e.returned_reason or None
+    if e.status in Escalation.OPEN_STATES and (packet is None or packet.drafted):
+        return list(missing_fields(packet.content if packet else {})), None
+    return [], None
+
+
 def waiting_escalations(run: Run) -> dict[str, dict[str, Any]]:
     """Each task's waiting escalation, by task key, as an agent finds it without the callback:
     its id and status, the question (None while the packet is Bulkhead's draft), and what the
@@ -54,23 +66,50 @@ def waiting_escalations(run: Run) -> dict[str, dict[str, Any]]:
         if e.status not in WAITING:
             continue
         packet = e.packet
-        drafted = packet is not None and packet.drafted
-        returned = e.status == Escalation.Status.RETURNED
-        if returned:
-            missing = [e.returned_reason.split(":", 1)[0]] if e.returned_reason else []
-        elif packet is None or drafted:
-            missing = list(missing_fields(packet.content if packet else {}))
-        else:
-            missing = []
+        missing, note = missing_and_note(e)
         found[e.task.key] = {
             "id": e.pk,
             "status": e.status,
             "question": (packet.smallest_unblocking_question or None) if packet else None,
-            "drafted": drafted,
+            "drafted": packet is not None and packet.drafted,
             "missing": missing,
-            "note": (e.returned_reason or None) if returned else None,
+            "note": note,
         }
     return found
+
+
+def escalation_rows(run: Run) -> list[dict[str, Any]]:
+    """Every escalation of the run, newest first, with its answer once it has one."""
+    rows = []
+    for e in (
+        Escalation.objects.filter(run=run)
+        .select_related("task", "packet", "answer__reviewer")
+        .order_by("-id")
+    ):
+        packet = e.packet
+        missing, note = missing_and_note(e)
+        answer = getattr(e, "answer", None)
+        rows.append(
+            {
+                "id": e.pk,
+                "task": e.task.key,
+                "status": e.status,
+                "reason": e.reason,
+                "opened_at": e.opened_at,
+                "question": (packet.smallest_unblocking_question or None) if packet else None,
+                "drafted": packet is not None and packet.drafted,
+                "missing": missing,
+                "note": note,
+                "answer": {
+                    "text": answer.text,
+                    "by": answer.reviewer.get_username(),
+                    "at": answer.answered_at,
+                }
+                if answer
+                else None,
+            }
+        )
+    return rows
 
 
 def run_detail(run: Run) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """The bearer-token read API for agents (and signed-in members), with its OpenAPI document."""
 
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -7,12 +9,30 @@ from ninja.security import django_auth
 
 from fleet.api import escalations, runs
 from fleet.api.access import AgentToken
+from fleet.api.webhook_doc import write_side
 from fleet.errors import error, errors_body
 
-api = NinjaAPI(
+
+class BulkheadAPI(NinjaAPI):
+    """The read API's document, with the write side: the signed webhook's events (each type a
+    schema with an example), the batch endpoint, their error bodies, and the notifications."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        paths, webhooks = write_side(components)
+        schema["paths"].update(paths)
+        schema["webhooks"] = webhooks
+        return schema
+
+
+api = BulkheadAPI(
     title="Bulkhead",
     version="1",
-    description="Read API for agents: runs, frontiers, next-attempt context, escalations.",
+    description="Agents send signed events to the webhook (`/hooks/v1/agents/<id>/events`, "
+    "every event type below) and read runs, frontiers, next-attempt context and escalations "
+    "here with their bearer token. Bulkhead sends the notifications under `webhooks` to the "
+    "fleet's callback.",
     auth=[AgentToken(), django_auth],
     urls_namespace="api",
     docs_url="/docs",

@@ -1,4 +1,4 @@
-"""API routes of the desk: one escalation."""
+"""API routes of the desk: one escalation, and a run's escalations."""
 
 from typing import Any
 
@@ -7,8 +7,10 @@ from ninja import Router
 from ninja.errors import HttpError
 
 from escalations.models import Escalation
+from escalations.selectors.runs import escalation_rows, missing_and_note
 from fleet.api.access import fleet_ids
-from fleet.api.schemas import ERRORS, Errors, EscalationOut
+from fleet.api.runs import get_run
+from fleet.api.schemas import ERRORS, Errors, EscalationOut, EscalationRow
 
 router = Router(tags=["escalations"])
 
@@ -28,6 +30,7 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
         raise HttpError(404, f"no escalation {escalation_id}")
     answer = getattr(escalation, "answer", None)
     packet = escalation.packet
+    missing, note = missing_and_note(escalation)
     return {
         "id": escalation.pk,
         "run": escalation.run.key,
@@ -52,4 +55,15 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
         }
         if answer
         else None,
+        "missing": missing,
+        "note": note,
     }
+
+
+@router.get(
+    "/runs/{run}/escalations",
+    response={200: list[EscalationRow], **ERRORS},
+    summary="The run's escalations, newest first: what each waits on, and its answer",
+)
+def run_escalations(request: HttpRequest, run: str) -> list[dict[str, Any]]:
+    return escalation_rows(get_run(request, run))

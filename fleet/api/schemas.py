@@ -298,3 +298,30 @@ class EscalationOut(Schema):
     )
     claimed_by: str | None = Field(description="The username of the reviewer who claimed it.")
     answer: AnswerOut | None
+    missing: list[str] = Field(
+        description="What the agent still has to send in packet.submitted: the draft's missing "
+        "fields while the packet is Bulkhead's draft, or the field a reviewer returned the "
+        "packet for (empty otherwise)."
+    )
+    note: str | None = Field(description="The reviewer's note, when the packet was returned.")
+
+
+class EscalationRow(Schema):
+    """An escalation of the run, newest first."""
+
+    id: int = Field(description="GET /api/v1/escalations/<id> has its packet and checks.")
+    task: str
+    status: str = one_of(Escalation.Status)
+    reason: str = Field(description="Why the work was escalated.")
+    opened_at: datetime
+    question: str | None = Field(
+        description="The packet's smallest unblocking question; null while the packet is "
+        "Bulkhead's draft."
+    )
+    drafted: bool = Field(description="The packet is Bulkhead's draft from the attempts.")
+    missing: list[str] = Field(
+        description="What the agent still has to send (the draft's missing fields, or the field "
+        "a reviewer returned the packet for)."
+    )
+    note: str | None = Field(description="The reviewer's note, when the packet was returned.")
+    answer: AnswerOut | None = Field(description="The reviewer's answer, once answered.")
