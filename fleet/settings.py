@@ -30,7 +30,17 @@ if not SECRET_KEY:
     SECRET_KEY = "embedded-insecure-" + "bulkhead-local-development-key-change-me-0123456789"
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
-SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+
+def running_site_url() -> str | None:
+    """The URL `make run` serves on (it writes var/site-url while it runs, PORT=... included)."""
+    try:
+        return (VAR_DIR / "site-url").read_text().strip() or None
+    except OSError:
+        return None
+
+
+# Printed in endpoints (agent_create): the app as it runs, so that the two agree.
+SITE_URL = os.environ.get("SITE_URL") or running_site_url() or "http://127.0.0.1:8000"
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -100,3 +100,23 @@ def test_the_embedded_cache_is_shared_by_processes_so_sign_in_throttling_holds(t
     second = manage("shell", "-c", code.format("get('failures')"), env=env)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert second.stdout.strip().splitlines()[-1] == "5"
+
+
+def test_agent_create_prints_the_endpoint_of_the_app_as_make_run_serves_it(tmp_path):
+    # `make run PORT=9123` writes the URL it serves on; agent_create in another shell reads it.
+    (tmp_path / "site-url").write_text("http://127.0.0.1:9123\n")
+    env = {"BULKHEAD_VAR_DIR": str(tmp_path), "SITE_URL": ""}
+    code = "import django; django.setup(); from django.conf import settings; print(settings.SITE_URL)"
+    clean = {k: v for k, v in os.environ.items() if k != "SITE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**clean, **env}, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.strip() == "http://127.0.0.1:9123", done.stderr
+    # SITE_URL, when set, wins (a deployment behind a proxy).
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT,
+        env={**clean, **env, "SITE_URL": "https://bulkhead.example.com"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.strip() == "https://bulkhead.example.com", done.stderr
