@@ -39,6 +39,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy fleet runs escalations
+	$(VENV)/bin/mypy --strict clients/python/bulkhead_client
 
 migrations-check: install
 	$(PY) manage.py makemigrations --check --dry-run

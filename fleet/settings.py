@@ -31,6 +31,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
 
+
 def running_site_url() -> str | None:
     """The URL `make run` serves on (it writes var/site-url while it runs, PORT=... included)."""
     try:

@@ -11,9 +11,9 @@ from tests.conftest import task
 
 # The read API's operations; the signed webhook it also documents has its own fuzzer
 # (tests/fleet/test_webhook_fuzz.py), which signs what it sends.
-schema = schemathesis.openapi.from_wsgi(
-    "/api/v1/openapi.json", get_wsgi_application()
-).include(path_regex=r"^/api/v1/")
+schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application()).include(
+    path_regex=r"^/api/v1/"
+)
 
 
 @schema.parametrize()

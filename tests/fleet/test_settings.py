@@ -106,7 +106,9 @@ def test_agent_create_prints_the_endpoint_of_the_app_as_make_run_serves_it(tmp_p
     # `make run PORT=9123` writes the URL it serves on; agent_create in another shell reads it.
     (tmp_path / "site-url").write_text("http://127.0.0.1:9123\n")
     env = {"BULKHEAD_VAR_DIR": str(tmp_path), "SITE_URL": ""}
-    code = "import django; django.setup(); from django.conf import settings; print(settings.SITE_URL)"
+    code = (
+        "import django; django.setup(); from django.conf import settings; print(settings.SITE_URL)"
+    )
     clean = {k: v for k, v in os.environ.items() if k != "SITE_URL"}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env={**clean, **env}, capture_output=True,
