@@ -20,7 +20,9 @@ json_values = st.recursive(
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -57,7 +59,9 @@ def test_each_kinds_payload_is_the_servers(cells):
             "file_read_payload": {"path": "a.yaml", "start": 2, "end": 3, "lines": ["x", "\ty"]},
         }[build]  # fmt: skip
         assert getattr(client_hashing, build)(**args) == getattr(server_hashing, build)(**args)
-    assert client_hashing.split_lines("a\r\nb\n\nc\n") == server_hashing.split_lines("a\r\nb\n\nc\n")
+    assert client_hashing.split_lines("a\r\nb\n\nc\n") == server_hashing.split_lines(
+        "a\r\nb\n\nc\n"
+    )
 
 
 def shape(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
@@ -110,6 +114,12 @@ def test_every_responses_fields_are_the_openapi_documents(client):
         required = {name for name, field in model.model_fields.items() if field.is_required()}
         assert required == set(documented["required"]), component
     # Every operation's 200 is one of them.
-    for path in ("/api/v1/runs/{run}", "/api/v1/runs/{run}/frontier", "/api/v1/escalations/{escalation_id}"):
-        ref = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    for path in (
+        "/api/v1/runs/{run}",
+        "/api/v1/runs/{run}/frontier",
+        "/api/v1/escalations/{escalation_id}",
+    ):
+        ref = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"][
+            "schema"
+        ]["$ref"]
         assert ref.rsplit("/", 1)[-1] in RESPONSES
