@@ -22,7 +22,12 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-install: $(VENV)/.installed node_modules/.installed
+# The TypeScript client's tools (tsc, openapi-typescript), from its own lock file.
+clients/typescript/node_modules/.installed: clients/typescript/package.json clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+install: $(VENV)/.installed node_modules/.installed clients/typescript/node_modules/.installed
 
 run: install
 	$(PY) manage.py migrate --no-input -v 0

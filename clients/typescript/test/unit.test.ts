@@ -1,0 +1,142 @@
+// Unit tests against a loopback stand-in: signing, retries under one webhook-id, refusals, hashes.
+import assert from "node:assert/strict";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+
+import { Blocked, Bulkhead, Refused, RetriesExhausted, canonicalJson, fileLines, payloadHash, pythonNumber, queryResult, shellWords, sign, testCommand } from "../src/index.js";
+
+const SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+interface Seen { path: string; headers: IncomingMessage["headers"]; body: string }
+type Answer = [number, Record<string, string>, unknown];
+
+async function fake(script: Answer[]): Promise<{ seen: Seen[]; base: string; close: () => void }> {
+  const seen: Seen[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      seen.push({ path: req.url ?? "", headers: req.headers, body });
+      const [status, headers, json] = script.shift() ?? [202, {}, { event: "e", type: "t" }];
+      res.writeHead(status, { "content-type": "application/json", ...headers });
+      res.end(JSON.stringify(json));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return { seen, base: `http://127.0.0.1:${port}`, close: () => server.close() };
+}
+
+const noSleep: number[] = [];
+const client = (base: string) =>
+  new Bulkhead({ endpoint: `${base}/hooks/v1/agents/a1/events`, secret: SECRET, token: "bhk_t", sleep: async (ms) => void noSleep.push(ms) });
+
+test("the README's worked examples hash as documented", () => {
+  const payload = { columns: ["column_name"], rows: [["id"], ["name"], ["email"], ["loyalty_points"]] };
+  assert.equal(payloadHash(payload), "sha256:a78a387c228fd00996f3c56b3bc237b91eafd6c8720ff34bac9b49fe1c4afaf8");
+  const http = { request: { method: "GET", url: "https://api.example.com/v1/customers/42" }, response: { body_sha256: "102ba5f0edc776bef81a96a27f98f1e8f047a577fdcfbd850e34cdd39b4ed444", status: 200 } };
+  assert.equal(payloadHash(http), "sha256:5f7de57fa75d327e1924222d843886d1911924a0bf53d53c7f963acab6641c67");
+  assert.equal(canonicalJson({ b: "é", a: [1, 2.5, null, true] }), '{"a":[1,2.5,null,true],"b":"é"}');
+});
+
+test("non-integer numbers are written as Python's repr(float)", () => {
+  const cases: [number, string][] = [[0.1, "0.1"], [1e-5, "1e-05"], [0.0001, "0.0001"], [1e16, "10000000000000000"], [1e15 + 0.5, "1000000000000000.5"], [1e21, "1e+21"], [1.5e300, "1.5e+300"], [-2.5e-7, "-2.5e-07"], [12345678.9, "12345678.9"], [-0, "0"]];
+  for (const [value, text] of cases) assert.equal(pythonNumber(value), text, String(value));
+  assert.throws(() => payloadHash({ x: NaN }), /NaN/);
+  assert.throws(() => payloadHash({ x: "\ud800" }), /surrogate/);
+});
+
+test("file lines and a test command are hashed as the verifier re-reads and re-runs them", () => {
+  const dir = mkdtempSync(join(tmpdir(), "bh-"));
+  writeFileSync(join(dir, "pricing.yaml"), '# tiers\ndiscounts:\n  loyalty_points_threshold: 500\n  discount: "10%"\n');
+  const lines = fileLines("pricing.yaml", 3, 4, { root: dir, workspace: "shop" });
+  assert.equal(lines.source, "pricing.yaml:3-4");
+  assert.deepEqual(lines.payload, { path: "pricing.yaml", lines: [3, 4], text: '  loyalty_points_threshold: 500\n  discount: "10%"' });
+  const run = testCommand(`node -e "console.log('..'); console.error('2 passed')"`, { cwd: dir });
+  assert.equal(run.exitCode, 0);
+  assert.match(run.output.toString(), /2 passed/);
+  assert.equal(testCommand("node -e 'process.exit(3)'", { cwd: dir }).exitCode, 3);
+  assert.deepEqual(shellWords(`pytest -q "tests/a b.py" 'x y' c\\ d`), ["pytest", "-q", "tests/a b.py", "x y", "c d"]);
+  const rows = queryResult("SELECT 1", ["x"], [[1, null, new Uint8Array([255, 0])]], "orders");
+  assert.deepEqual(rows.payload, { columns: ["x"], rows: [[1, null, "\\xff00"]] });
+});
+
+test("an event is signed over its body bytes", async () => {
+  const server = await fake([]);
+  try {
+    await client(server.base).send("capability.changed", { capability: "forge", status: "up" });
+    const [seen] = server.seen;
+    assert.ok(seen);
+    assert.equal(seen.path, "/hooks/v1/agents/a1/events");
+    const id = String(seen.headers["webhook-id"]);
+    const stamp = Number(seen.headers["webhook-timestamp"]);
+    assert.equal(seen.headers["webhook-signature"], sign(SECRET, id, stamp, seen.body));
+    assert.equal(JSON.parse(seen.body).type, "capability.changed");
+  } finally {
+    server.close();
+  }
+});
+
+test("429 and 503 are retried with the same webhook-id, body and timestamp, honouring Retry-After", async () => {
+  const server = await fake([
+    [429, { "retry-after": "7" }, { errors: [] }],
+    [503, { "retry-after": "2" }, { errors: [] }],
+    [202, {}, { event: "e1", type: "task.finished" }],
+  ]);
+  noSleep.length = 0;
+  try {
+    const accepted = await client(server.base).send("task.finished", { run: "r", task: "a", outcome: "succeeded" });
+    assert.equal(accepted.event, "e1");
+    assert.deepEqual(noSleep, [7000, 2000]);
+    const keys = new Set(server.seen.map((s) => `${s.headers["webhook-id"]}|${s.headers["webhook-timestamp"]}|${s.body}`));
+    assert.equal(server.seen.length, 3);
+    assert.equal(keys.size, 1);
+  } finally {
+    server.close();
+  }
+});
+
+test("retries are bounded", async () => {
+  const server = await fake(Array.from({ length: 10 }, (): Answer => [503, {}, { errors: [] }]));
+  try {
+    const bh = new Bulkhead({ endpoint: `${server.base}/hooks/v1/agents/a1/events`, secret: SECRET, retry: { attempts: 3 }, sleep: async () => {} });
+    await assert.rejects(bh.send("capability.changed", { capability: "f", status: "up" }), (e: unknown) => e instanceof RetriesExhausted && e.attempts === 3);
+    assert.equal(server.seen.length, 3);
+  } finally {
+    server.close();
+  }
+});
+
+test("a 4xx throws with the server's errors; a 409 with blockers is Blocked", async () => {
+  const blockers = [{ loc: "blockers", msg: "prerequisite:plan" }, { loc: "claims.k", msg: "k is refuted: ..." }];
+  const server = await fake([
+    [422, {}, { errors: [{ loc: "data.task", msg: "no task 'zz'" }] }],
+    [409, {}, { errors: blockers }],
+  ]);
+  try {
+    const bh = client(server.base);
+    await assert.rejects(bh.send("task.finished", { run: "r", task: "zz", outcome: "succeeded" }), (e: unknown) => e instanceof Refused && e.status === 422 && e.messages("data.task")[0] === "no task 'zz'");
+    await assert.rejects(bh.start("r", "code", { prompt_hash: "p", context_hash: "c" }), (e: unknown) => e instanceof Blocked && e.blockers.join() === "prerequisite:plan" && e.reasons.length === 1);
+  } finally {
+    server.close();
+  }
+});
+
+test("reads send the bearer token and retry a 503", async () => {
+  const server = await fake([
+    [503, { "retry-after": "0" }, { errors: [] }],
+    [200, {}, { policy: "scoped", ready: ["a"], deferred: [] }],
+  ]);
+  try {
+    const frontier = await client(server.base).frontier("r 1");
+    assert.deepEqual(frontier.ready, ["a"]);
+    assert.equal(server.seen[1]?.path, "/api/v1/runs/r%201/frontier");
+    assert.equal(server.seen[1]?.headers.authorization, "Bearer bhk_t");
+  } finally {
+    server.close();
+  }
+});
