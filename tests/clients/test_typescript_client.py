@@ -5,6 +5,7 @@ canonical JSON hashes as the server's."""
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from fleet import services
 from fleet.models import Event
 from fleet.stories import all_green
 from runs.claims.hashing import payload_hash
+from runs.models import Run
 from tests.clients.conftest import ROOT, credentials
 from tests.clients.proxy import LosingProxy
 from tests.conftest import eventually
@@ -169,3 +171,27 @@ def test_the_typescript_client_against_a_live_bulkhead(built, live_app, tmp_path
         again.headers["webhook-id"], again.headers["webhook-timestamp"], again.body
     )  # fmt: skip
     assert Event.objects.filter(webhook_id=first.headers["webhook-id"]).count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_the_readmes_typescript_quick_start_runs_a_first_task(built, live_app):
+    [code] = re.findall(r"```ts\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    fleet = services.fleet_create(name="acme")
+    planner = credentials(live_app, fleet, "planner")
+    code = (
+        code.replace('"@bulkhead/client"', '"./dist/src/index.js"')
+        .replace("http://127.0.0.1:8000/hooks/v1/agents/<id>/events", planner.endpoint)
+        .replace('secret: "whsec_…"', f'secret: "{planner.secret}"')
+        .replace('token: "bhk_…"', f'token: "{planner.token}"')
+    )
+    assert len([line for line in code.splitlines() if line.strip()]) <= 10, "a ten-line start"
+    script = CLIENT / "dist" / "readme-quick-start.mjs"
+    script.write_text(code.replace("./dist/src/index.js", "./src/index.js"))
+    done = subprocess.run(
+        ["node", str(script)], cwd=CLIENT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[ 'step-0' ]"]
+    assert Run.objects.get(key="first-run").tasks.get(key="step-0").state == "succeeded"

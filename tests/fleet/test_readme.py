@@ -12,16 +12,33 @@ from runs.models import Run
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def example() -> str:
+def examples(language: str = "python") -> list[str]:
     text = README.read_text()
-    block = re.search(r"```python\n(.*?)```", text, re.S)
-    assert block, "the README has a Python example"
-    return block.group(1)
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readme_quick_start_runs_a_first_task_with_the_client(
+    live_server, planner, client, capsys
+):
+    code, _ = examples()
+    _, token = ApiToken.issue(planner.agent)
+    code = code.replace(
+        "http://127.0.0.1:8000/hooks/v1/agents/<id>/events", f"{live_server.url}{planner.path}"
+    )
+    code = code.replace('secret="whsec_…"', f'secret="{planner.secret}"')
+    code = code.replace('token="bhk_…"', f'token="{token}"')
+    assert len([line for line in code.splitlines() if line.strip()]) <= 10, "a ten-line start"
+    exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the README's own example
+    assert capsys.readouterr().out.splitlines() == ["['step-0']", "['step-1']"]
+    run = Run.objects.get(key="first-run")
+    assert run.tasks.count() == 20
+    assert run.tasks.get(key="step-0").state == "succeeded"
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_readme_example_posts_a_run_of_twenty_tasks(live_server, planner, client, capsys):
-    code = example()
+    _, code = examples()
     code = code.replace(
         "http://127.0.0.1:8000/hooks/v1/agents/<id>/events", f"{live_server.url}{planner.path}"
     )
