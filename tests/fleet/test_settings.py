@@ -115,10 +115,3 @@ def test_agent_create_prints_the_endpoint_of_the_app_as_make_run_serves_it(tmp_p
         text=True, timeout=60,
     )  # fmt: skip
     assert done.stdout.strip() == "http://127.0.0.1:9123", done.stderr
-    # SITE_URL, when set, wins (a deployment behind a proxy).
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT,
-        env={**clean, **env, "SITE_URL": "https://bulkhead.example.com"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.stdout.strip() == "https://bulkhead.example.com", done.stderr
