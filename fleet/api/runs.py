@@ -13,6 +13,7 @@ from runs import context, lab_runs, scheduler
 from runs.models import Run, Task
 
 router = Router(tags=["runs"])
+DOWN = Query([], description="A capability to take down; repeat it or separate with commas.")
 
 
 def get_run(request: HttpRequest, key: str) -> Run:
@@ -67,7 +68,7 @@ def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
     ),
 )
 def run_what_if(
-    request: HttpRequest, run: str, down: list[str] = Query([]), steps: str = ""
+    request: HttpRequest, run: str, down: list[str] = DOWN, steps: str = ""
 ) -> dict[str, Any]:
     names = [name for value in down for name in value.split(",")]
     return lab_runs.what_if(run=get_run(request, run), down=names, steps=steps)
