@@ -74,11 +74,14 @@ def what_if(*, run: Run, down: Sequence[str], steps: object) -> dict[str, Any]:
     policies = {}
     for policy in WHAT_IF_POLICIES:
         result = simulation.simulate(scenario, policy)
-        during = [key for key, step in result["executions"] if step < count]
+        invalid = {(e["task"], e["step"]) for e in result["invalid_executions"]}
+        during = [
+            key for key, step in result["executions"] if step < count and (key, step) not in invalid
+        ]
         policies[policy] = {
             "useful": result["useful"],
             "useful_tasks": result["useful_tasks"],
-            "during_outage": sorted(during),
+            "during_outage": sorted(during),  # done validly
             "invalid": result["invalid"],
             "invalid_tasks": sorted({e["task"] for e in result["invalid_executions"]}),
             "rework": result["rework"],

@@ -70,7 +70,9 @@ class Command(BaseCommand):
         observed = from_runs is not None
         scenarios = [load(name, data, observed) for name, data in sorted(inputs.items())]
         if not scenarios:
-            raise CommandError(f"--from-runs: fleet {from_runs!r} has no finished run")
+            raise CommandError(
+                f"--from-runs: fleet {from_runs!r} has no finished run that saw an outage"
+            )
         report = simulation.lab(scenarios)
         failures = simulation.verify_lab(scenarios, report, minimums=minimums) if verify else []
         printed = simulation.table(report)
