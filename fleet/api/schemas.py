@@ -204,7 +204,9 @@ class WhatIfPolicy(Schema):
 
     useful: int = Field(description="Weight of the work done validly during the outage.")
     useful_tasks: int = Field(description="How many tasks were done validly during the outage.")
-    during_outage: list[str] = Field(description="Keys of the tasks it would do validly in the outage.")
+    during_outage: list[str] = Field(
+        description="Keys of the tasks it would do validly in the outage."
+    )
     invalid: int = Field(description="Executions whose conditions were false (or built on one).")
     invalid_tasks: list[str]
     rework: int = Field(description="Invalid work found after restoration and done again.")
