@@ -14,6 +14,9 @@ from runs import scheduler, simulation
 from runs.models import Attempt, Prerequisite, Run, Task
 
 MAX_STEPS: Final = 100
+# The simulator takes a step per wave of work and looks at the whole run each step: beyond this
+# many tasks still to do, a request would take seconds.
+MAX_TASKS: Final = 200
 # What the what-if compares: the two policies a run can have, and naive as the control that
 # shows what ignoring the outage would execute invalidly.
 WHAT_IF_POLICIES: Final = ("global_halt", "scoped", "naive")
@@ -51,10 +54,19 @@ def what_if(*, run: Run, down: Sequence[str], steps: object) -> dict[str, Any]:
     count = _steps(steps)
     if count is None:
         errors.append(error("steps", f"a whole number of steps from 1 to {MAX_STEPS}"))
+    nodes = scheduler.nodes_for(run)
+    to_do = sum(1 for node in nodes.values() if node.state not in ("succeeded", "cancelled"))
+    if to_do > MAX_TASKS:
+        errors.append(
+            error(
+                "run",
+                f"the what-if takes runs of up to {MAX_TASKS} tasks still to do; this "
+                f"one has {to_do}: run policy_lab on a scenario file of it instead",
+            )
+        )
     if errors:
         raise Refusal(errors)
     assert count is not None
-    nodes = scheduler.nodes_for(run)
     world = scheduler.world_for(run)
     already = sorted(world.down - set(wanted))
     scenario = simulation.Scenario(
@@ -97,7 +109,7 @@ def what_if(*, run: Run, down: Sequence[str], steps: object) -> dict[str, Any]:
         "down": list(scenario.outage.capabilities),
         "already_down": already,
         "steps": count,
-        "to_do": sum(1 for node in nodes.values() if node.state not in ("succeeded", "cancelled")),
+        "to_do": to_do,
         "policies": policies,
         "hash": simulation.result_hash(policies),
     }
@@ -146,43 +158,41 @@ Outage = tuple[tuple[str, ...], datetime, datetime | None]  # capabilities, down
 
 
 def _outages(run: Run, changes: Sequence[tuple[dict[str, Any], datetime]]) -> list[Outage]:
-    """The outages the run saw: from the first capability down while it ran until every one
-    down with it was back (or the run ended)."""
-    end = run.finished_at
-    down: dict[str, datetime] = {}
-    found: list[Outage] = []
-    current: list[Any] | None = None  # [names, start]
+    """The outages the run saw: each stretch of its time with a capability down, with every
+    capability down in it, from when the first went down (or the run began) until all were back
+    (or the run ended)."""
+    down: set[str] = set()
+    during: list[tuple[str, bool, datetime]] = []
     for data, at in changes:
-        if end is not None and at > end:
-            break
-        name, status = data.get("capability"), data.get("status")
+        name = data.get("capability")
         if not isinstance(name, str):
             continue
-        if status == DOWN:
-            down.setdefault(name, at)
-        else:
-            down.pop(name, None)
+        if run.finished_at is not None and at > run.finished_at:
+            break
         if at < run.started_at:
-            continue
-        if current is None and down:
-            current = [set(down), at]
-        elif current is not None:
-            current[0].update(down)
-            if not down:
-                found.append((tuple(sorted(current[0])), max(current[1], run.started_at), at))
-                current = None
-    if current is None and down and not found and not _after_start(changes, run):
-        current = [set(down), run.started_at]  # down before the run began, and still down
-    if current is not None:
-        found.append((tuple(sorted(current[0])), max(current[1], run.started_at), None))
+            _apply(down, name, data.get("status") == DOWN)  # what is down when the run begins
+        else:
+            during.append((name, data.get("status") == DOWN, at))
+    found: list[Outage] = []
+    names, since = set(down), run.started_at if down else None
+    for name, is_down, at in during:
+        _apply(down, name, is_down)
+        if down:
+            since = since or at
+            names |= down
+        elif since is not None:
+            found.append((tuple(sorted(names)), since, at))
+            names, since = set(), None
+    if since is not None:
+        found.append((tuple(sorted(names)), since, None))
     return found
 
 
-def _after_start(changes: Sequence[tuple[dict[str, Any], datetime]], run: Run) -> bool:
-    return any(
-        at >= run.started_at and (run.finished_at is None or at <= run.finished_at)
-        for _, at in changes
-    )
+def _apply(down: set[str], name: str, is_down: bool) -> None:
+    if is_down:
+        down.add(name)
+    else:
+        down.discard(name)
 
 
 def _scenario(run: Run, outage: Outage, capabilities: Sequence[tuple[str, str]]) -> dict[str, Any]:

@@ -90,6 +90,7 @@ class _Run:
     executions: list[dict[str, Any]] = field(default_factory=list)
     held: dict[str, list[str]] = field(default_factory=dict)  # blockers at the outage start
     redo: set[str] = field(default_factory=set)  # found invalid: their next execution is rework
+    views: dict[tuple[int, str, str, bool], TaskNode] = field(default_factory=dict)
     useful: int = 0
     useful_tasks: int = 0
     rework: int = 0
@@ -236,7 +237,7 @@ def _reconcile(run: _Run) -> None:
 
 def _ready(scenario: Scenario, policy: str, run: _Run, step: int) -> tuple[str, ...]:
     """What the policy executes at this step: its frontier on the declared graph."""
-    declared = _as_of(scenario.declared, run.states, run.released)
+    declared = _as_of(scenario.declared, run.states, run.released, run.views)
     if policy == "naive":
         return frontier(_naive(declared), World(claims=scenario.claims)).ready
     down = _down(scenario, step)
@@ -253,11 +254,11 @@ def _execute(scenario: Scenario, policy: str, run: _Run, ready: Sequence[str], s
     outage = scenario.outage
     during = outage.start <= step < outage.end
     world = World(down=_down(scenario, step), roles=scenario.roles, claims=scenario.claims)
-    judge = frontier(_as_of(scenario.truth, run.states, run.released), world)
+    judge = frontier(_as_of(scenario.truth, run.states, run.released, run.views), world)
     declared = (
         judge
         if scenario.complete
-        else frontier(_as_of(scenario.declared, run.states, run.released), world)
+        else frontier(_as_of(scenario.declared, run.states, run.released, run.views), world)
     )
     outcomes = {}
     for key in ready:
@@ -292,12 +293,24 @@ def _down(scenario: Scenario, step: int) -> frozenset[str]:
 
 
 def _as_of(
-    tasks: Mapping[str, TaskNode], states: Mapping[str, str], released: set[str]
+    tasks: Mapping[str, TaskNode],
+    states: Mapping[str, str],
+    released: set[str],
+    cache: dict[tuple[int, str, str, bool], TaskNode] | None = None,
 ) -> dict[str, TaskNode]:
-    return {
-        key: replace(node, state=states[key], released=node.released or key in released)
-        for key, node in tasks.items()
-    }
+    """The tasks in their current states. `cache` keeps each (task, state, released) view, so a
+    step builds only the nodes that changed (a long run takes as many steps as tasks)."""
+    views = {}
+    for key, node in tasks.items():
+        state, freed = states[key], node.released or key in released
+        memo = (id(tasks), key, state, freed)
+        view = cache.get(memo) if cache is not None else None
+        if view is None:
+            view = replace(node, state=state, released=freed)
+            if cache is not None:
+                cache[memo] = view
+        views[key] = view
+    return views
 
 
 def _naive(nodes: Mapping[str, TaskNode]) -> dict[str, TaskNode]:

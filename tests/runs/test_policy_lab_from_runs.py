@@ -1,14 +1,16 @@
 """policy_lab --from-runs: a fleet's finished runs and the outages they saw, as the lab's corpus."""
 
 import json
+from datetime import UTC, datetime, timedelta
 from io import StringIO
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from fleet import demo, services
 from fleet.stories import forge_outage, hung_test_run, play
-from runs.lab_runs import fleet_scenarios
+from runs.lab_runs import _outages, fleet_scenarios
 from runs.models import Run
 from tests.acceptance.conftest import fleet_for
 
@@ -61,3 +63,42 @@ def test_an_unknown_fleet_or_one_without_finished_runs_is_named(db):
     services.fleet_create(name="empty")
     with pytest.raises(CommandError, match="fleet 'empty' has no finished run that saw an outage"):
         call_command("policy_lab", "--from-runs", "empty", stdout=StringIO())
+
+
+T0 = datetime(2026, 9, 1, 9, 0, tzinfo=UTC)
+
+
+def at(minute: int) -> datetime:
+    return T0 + timedelta(minutes=minute)
+
+
+def change(name: str, status: str, minute: int) -> tuple[dict[str, str], datetime]:
+    return {"capability": name, "status": status}, at(minute)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ([], []),
+        ([change("forge", "down", 12), change("forge", "up", 15)], [(("forge",), 12, 15)]),
+        ([change("forge", "down", 5), change("forge", "up", 15)], [(("forge",), 10, 15)]),
+        ([change("forge", "down", 12)], [(("forge",), 12, None)]),
+        ([change("forge", "down", 31), change("forge", "up", 35)], []),
+        ([change("forge", "down", 2), change("forge", "up", 5)], []),
+        (
+            [change("forge", "down", 12), change("ci", "down", 13), change("forge", "up", 14),
+             change("ci", "up", 16), change("ci", "down", 20), change("ci", "up", 22)],
+            [(("ci", "forge"), 12, 16), (("ci",), 20, 22)],
+        ),
+    ],
+    ids=["none", "during", "down-before-the-run", "never-back", "after-the-run", "before-the-run",
+         "overlapping-then-another"],
+)  # fmt: skip
+def test_the_outages_a_run_saw(changes, expected):
+    run = SimpleNamespace(started_at=at(10), finished_at=at(30))
+
+    found = _outages(run, changes)
+
+    assert found == [
+        (names, at(start), at(end) if end is not None else None) for names, start, end in expected
+    ]

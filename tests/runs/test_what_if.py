@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from fleet.models import ApiToken, Fleet
 from fleet.stories import forge_outage, play
-from runs import simulation
+from runs import lab_runs, simulation
 from runs.models import Task
 from tests.acceptance.conftest import fleet_for
 
@@ -121,3 +121,16 @@ def test_it_needs_a_token(client, fleet):
     response = client.get(f"/api/v1/runs/{RUN}/what-if?down=forge&steps=3")
 
     assert response.status_code == 401
+
+
+def test_a_run_too_large_to_simulate_in_a_request_is_refused_naming_it(client, fleet, monkeypatch):
+    monkeypatch.setattr(lab_runs, "MAX_TASKS", 7)  # the story's run has 8 tasks to do
+
+    response = get(client, fleet, "down=forge&steps=3")
+
+    assert response.status_code == 422
+    [problem] = response.json()["errors"]
+    assert problem["loc"] == "run"
+    assert problem["msg"].startswith(
+        "the what-if takes runs of up to 7 tasks still to do; this one has 8"
+    )
