@@ -44,6 +44,7 @@ def test_the_what_if_page_and_api_agree_with_the_lab_on_the_forge_outage(screens
     section = page.get_by_role("region", name="What if a capability went down now?")
     section.get_by_role("checkbox", name="forge").check()
     section.get_by_label("for steps").fill("3")
+    section.screenshot(path=str(screen.shot("what-if-run-page")))
     section.get_by_role("button", name="Compare").click()
 
     expect()(page.get_by_role("heading", level=1)).to_have_text(f"What if, on run {run.key}")
