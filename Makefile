@@ -7,7 +7,7 @@ UV := .tools/bin/uv
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := fleet.settings
 
-.PHONY: install run web worker test lint typecheck migrations-check check bench clean
+.PHONY: install run web worker test lint typecheck migrations-check check policy-lab bench clean
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
@@ -50,6 +50,11 @@ migrations-check: install
 	$(PY) manage.py makemigrations --check --dry-run
 
 check: lint typecheck migrations-check test
+
+# The policy lab's evidence: the inputs, raw JSON results and the table, with the result hash.
+LAB_RESULTS ?= docs/research/evidence/scoped-progress-partial-failure
+policy-lab: install
+	$(PY) manage.py policy_lab --verify --write-results $(LAB_RESULTS)
 
 bench: install
 	$(PY) bench/run.py

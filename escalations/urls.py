@@ -12,6 +12,7 @@ from escalations.views import (
     reports,
     runs,
     sign_in,
+    what_if,
 )
 
 urlpatterns = [
@@ -52,6 +53,7 @@ urlpatterns = [
     ),
     path("runs/", runs.runs, name="runs"),
     path("runs/<int:run_id>/", runs.run, name="run"),
+    path("runs/<int:run_id>/what-if/", what_if.what_if, name="run-what-if"),
     path(
         "runs/<int:run_id>/claims/<int:claim_id>/check/", runs.claim_check, name="run-claim-check"
     ),

@@ -46,7 +46,8 @@ def after_background_kill(*, task: str, attempts: Sequence[AttemptView]) -> Back
                 "work it left running is neither resumed nor warned about."
             ),
         )
-    earlier_resume = next((a for a in attempts if a.resumed), None)
+    session = _session(attempts)
+    earlier_resume = next((a for a in session if a.resumed), None)
     if last.resumable and earlier_resume is None:
         return BackgroundOutcome(
             action="resume",
@@ -61,18 +62,43 @@ def after_background_kill(*, task: str, attempts: Sequence[AttemptView]) -> Back
     why = _why_not_resumed(last, earlier_resume, killed)
     return BackgroundOutcome(
         action="carry_on",
-        progress_line=carry_on_line(task, killed),
+        progress_line=carry_on_line(task, killed, ended=_how_it_ended(last, earlier_resume)),
         killed=killed,
         reason=f"Carry on: {task}, {why}; this is not a failure, and the attempt's outcome stands.",
     )
 
 
-def carry_on_line(task: str, killed: Sequence[str]) -> str:
-    """The progress line a run records when it carries on past killed background work."""
-    return (
-        f"{task}: the Resume ended with a background task still running "
-        f"({', '.join(killed)}), which was killed; carrying on"
-    )
+def carry_on_line(task: str, killed: Sequence[str], *, ended: str = "resume") -> str:
+    """The progress line a run records when it carries on past killed background work.
+
+    `ended`: "resume" (the session's Resume ended that way), "no_session" (there was no session
+    to resume: the agent said it cannot be resumed), or "after_resume" (a later attempt of a
+    session that already had its one Resume).
+    """
+    work = f"a background task still running ({', '.join(killed)}), which was killed"
+    if ended == "no_session":
+        return f"{task}: there was no session to resume; the session ended with {work}; carrying on"
+    if ended == "after_resume":
+        return (
+            f"{task}: the session, which already had its one Resume, ended with {work}; carrying on"
+        )
+    return f"{task}: the Resume ended with {work}; carrying on"
+
+
+def _how_it_ended(last: AttemptView, earlier_resume: AttemptView | None) -> str:
+    if last.resumed:
+        return "resume"
+    return "after_resume" if earlier_resume is not None else "no_session"
+
+
+def _session(attempts: Sequence[AttemptView]) -> Sequence[AttemptView]:
+    """The attempts of the last attempt's session: a reframed or rerouted attempt starts a new
+    session (new context, or another agent), which gets its own one Resume."""
+    start = 0
+    for index, attempt in enumerate(attempts):
+        if attempt.reframed or attempt.rerouted:
+            start = index
+    return attempts[start:]
 
 
 def failure_cause(*, killed: Sequence[tuple[str, tuple[str, ...]]], cause: str) -> str:
@@ -109,7 +135,8 @@ def _why_not_resumed(
     if earlier_resume is not None:
         return (
             f"attempt {last.number} ended with a background task still running ({work}), which "
-            f"was killed, and the task already had its one Resume (attempt {earlier_resume.number})"
+            f"was killed, and its session already had its one Resume "
+            f"(attempt {earlier_resume.number})"
         )
     return (
         f"attempt {last.number} ended with a background task still running ({work}), which "

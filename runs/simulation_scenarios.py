@@ -9,6 +9,13 @@ from runs.graph import check_graph
 
 LAB_POLICIES: Final = ("global_halt", "scoped", "naive")
 KINDS: Final = ("independent", "all_blocked", "barrier", "naive_control", "annotation_fault")
+# A scenario's category: the kind of case it is in the study's design (a naive control is a
+# kind a case of any category can also be).
+CATEGORIES: Final = ("independent", "all_blocked", "barrier", "annotation_fault")
+# The study's four domains. A fleet's own runs (`--from-runs`) are their own domain: the fleet.
+DOMAINS: Final = ("software_factory", "sre", "customer_support", "research_operations")
+# The category a fleet's own runs get: an outage it actually saw, not a predeclared case.
+OBSERVED: Final = "observed"
 TASK_FIELDS: Final = frozenset(
     {
         "key",
@@ -22,14 +29,18 @@ TASK_FIELDS: Final = frozenset(
         "consumes",
         "weight",
         "released",
+        "state",
     }
 )
+# The state a scenario's task may start in: done before the outage, or not to be done.
+START_STATES: Final = ("pending", "succeeded", "cancelled")
 HIDDEN_FIELDS: Final = frozenset(
     {"prerequisites", "capabilities", "reads_state_of", "effect", "transaction"}
 )
 SCENARIO_FIELDS: Final = frozenset(
     {
         "domain",
+        "category",
         "title",
         "description",
         "capabilities",
@@ -53,9 +64,14 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Outage:
-    capability: str
+    capabilities: tuple[str, ...]  # down together, back together
     start: int
     steps: int
+
+    @property
+    def capability(self) -> str:
+        """The capabilities, named as one (a scenario file's outage has one)."""
+        return ", ".join(self.capabilities)
 
     @property
     def end(self) -> int:
@@ -81,6 +97,12 @@ class Scenario:
     outage: Outage
     claims: Mapping[str, ClaimView]
     expect: Expectation
+    category: str = OBSERVED  # one of CATEGORIES for a scenario file
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """What the scenario is checked as: its category and its expected kinds."""
+        return frozenset({self.category, *self.expect.kinds}) & frozenset(KINDS)
 
     @property
     def complete(self) -> bool:
@@ -88,8 +110,12 @@ class Scenario:
         return self.declared == self.truth
 
 
-def load_scenario(data: object, *, name: str) -> Scenario:
-    """A scenario from its parsed JSON; raises ScenarioError naming every problem."""
+def load_scenario(data: object, *, name: str, observed: bool = False) -> Scenario:
+    """A scenario from its parsed JSON; raises ScenarioError naming every problem.
+
+    `observed`: a fleet's own run, not a study case: its domain is the fleet and its category
+    `observed`.
+    """
     errors: list[str] = []
     if not isinstance(data, dict):
         raise ScenarioError(name, ["the file must hold a JSON object"])
@@ -109,10 +135,21 @@ def load_scenario(data: object, *, name: str) -> Scenario:
     declared = _tasks(data.get("tasks"), known, errors)
     truth = _hidden(data.get("hidden", {}), declared, known, errors)
     claims = _claims(data.get("claims", {}), errors)
-    expect = _expectation(data.get("expect"), declared, bool(data.get("hidden")), errors)
+    category = data.get("category")
+    expect = _expectation(
+        data.get("expect"), declared, bool(data.get("hidden")), errors, category=category
+    )
     for field_name in ("domain", "title"):
         if not isinstance(data.get(field_name), str) or not data.get(field_name):
             errors.append(f"{field_name}: required, a non-empty string")
+    domain = data.get("domain")
+    if not observed and isinstance(domain, str) and domain and domain not in DOMAINS:
+        errors.append(f"domain: one of {', '.join(DOMAINS)}")
+    if observed and category != OBSERVED:
+        errors.append(f"category: {OBSERVED!r} for a fleet's own run")
+    elif not observed and category not in CATEGORIES:
+        errors.append(f"category: required, one of {', '.join(CATEGORIES)}")
+
     if errors:
         raise ScenarioError(name, errors)
     assert outage is not None
@@ -126,6 +163,7 @@ def load_scenario(data: object, *, name: str) -> Scenario:
         outage=outage,
         claims=claims,
         expect=expect,
+        category=str(category),
     )
 
 
@@ -144,20 +182,28 @@ def _outage(value: object, known: set[str], errors: list[str]) -> Outage | None:
     if not isinstance(value, dict):
         errors.append("outage: required, {capability, start, steps}")
         return None
-    errors += [
-        f"outage.{k}: unknown field" for k in sorted(set(value) - {"capability", "start", "steps"})
-    ]
-    capability, start, steps = value.get("capability"), value.get("start", 0), value.get("steps")
-    if capability not in known:
-        errors.append(f"outage.capability: {capability!r} is not a declared capability")
+    allowed = {"capability", "capabilities", "start", "steps"}
+    errors += [f"outage.{k}: unknown field" for k in sorted(set(value) - allowed)]
+    start, steps = value.get("start", 0), value.get("steps")
+    if "capabilities" in value:  # several down together
+        names: list[object] = list(_strings(value["capabilities"], "outage.capabilities", errors))
+        if not names:
+            errors.append("outage.capabilities: at least one capability")
+        where = "outage.capabilities"
+    else:
+        names = [value.get("capability")]
+        where = "outage.capability"
+    for capability in names:
+        if not isinstance(capability, str) or capability not in known:
+            errors.append(f"{where}: {capability!r} is not a declared capability")
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         errors.append("outage.start: a step number, 0 or more")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         errors.append("outage.steps: a number of steps, 1 or more")
     if errors:
         return None
-    assert isinstance(capability, str) and isinstance(start, int) and isinstance(steps, int)
-    return Outage(capability=capability, start=start, steps=steps)
+    assert isinstance(start, int) and isinstance(steps, int)
+    return Outage(capabilities=tuple(str(n) for n in names), start=start, steps=steps)
 
 
 def _tasks(value: object, known: set[str], errors: list[str]) -> dict[str, TaskNode]:
@@ -205,6 +251,9 @@ def _node(task: dict[str, Any], where: str, known: set[str], errors: list[str]) 
     released = task.get("released", False)
     if not isinstance(released, bool):
         errors.append(f"{where}.released: true or false")
+    state = task.get("state", "pending")
+    if state not in START_STATES:
+        errors.append(f"{where}.state: one of {', '.join(START_STATES)}")
     if len(errors) > before:
         return None
     return TaskNode(
@@ -218,6 +267,7 @@ def _node(task: dict[str, Any], where: str, known: set[str], errors: list[str]) 
         consumes=lists["consumes"],
         weight=weight,
         released=released,
+        state=state,
     )
 
 
@@ -289,8 +339,15 @@ def _claims(value: object, errors: list[str]) -> dict[str, ClaimView]:
 
 
 def _expectation(
-    value: object, declared: Mapping[str, TaskNode], hidden: bool, errors: list[str]
+    value: object,
+    declared: Mapping[str, TaskNode],
+    hidden: bool,
+    errors: list[str],
+    *,
+    category: object = None,
 ) -> Expectation:
+    if value is None:
+        value = {"kinds": [category]} if category in CATEGORIES else None
     if value is None:
         return Expectation(kinds=())  # optional: the frontier's own checks need no expectation
     if not isinstance(value, dict):
@@ -322,6 +379,8 @@ def _expectation(
             for t in invalid[policy]
             if t not in declared
         ]
+    if category in CATEGORIES and category not in kinds:
+        kinds = (*kinds, str(category))  # the category is checked as its kind
     if "barrier" in kinds and not held:
         errors.append("expect.held: a barrier case names the tasks scoped must hold")
     if "naive_control" in kinds and not invalid.get("naive"):

@@ -17,6 +17,7 @@ from escalations.services import claim_check_by_hand, claim_raise, task_release_
 from fleet.access import reviews
 from fleet.errors import Refusal
 from fleet.models import Capability, Delivery
+from runs.lab_runs import what_if_choices
 from runs.models import Claim, Run, Task
 from runs.selectors import CHECKPOINT_ROWS, checkpoint_rows
 from runs.task_state import STOP
@@ -153,6 +154,7 @@ def run_page(
             "deliveries": deliveries,
             "checkpoint": checkpoint_rows(found),
             "checkpoint_limit": CHECKPOINT_ROWS,
+            "what_if": {"choices": what_if_choices(run=found), "down": [], "steps": 3},
             "escalations": escalations,
             "open_states": Escalation.OPEN_STATES,
             "can_act": can_act,

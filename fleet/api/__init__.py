@@ -10,7 +10,7 @@ from ninja.security import django_auth
 from fleet.api import escalations, runs
 from fleet.api.access import AgentToken
 from fleet.api.webhook_doc import write_side
-from fleet.errors import error, errors_body
+from fleet.errors import Refusal, error, errors_body
 
 
 class BulkheadAPI(NinjaAPI):
@@ -62,6 +62,11 @@ def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         for e in exc.errors
     ]
     return api.create_response(request, errors_body(errors), status=422)
+
+
+@api.exception_handler(Refusal)
+def refused(request: HttpRequest, exc: Refusal) -> HttpResponse:
+    return api.create_response(request, errors_body(exc.errors), status=exc.status)
 
 
 api.add_router("/", runs.router)

@@ -3,16 +3,17 @@
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 from ninja.errors import HttpError
 
 from escalations.selectors import runs as selectors
 from fleet.api.access import fleet_ids
-from fleet.api.schemas import ERRORS, ContextOut, FrontierOut, RunOut
-from runs import context, scheduler
+from fleet.api.schemas import ERRORS, ContextOut, Errors, FrontierOut, RunOut, WhatIfOut
+from runs import context, lab_runs, scheduler
 from runs.models import Run, Task
 
 router = Router(tags=["runs"])
+DOWN = Query([], description="A capability to take down; repeat it or separate with commas.")
 
 
 def get_run(request: HttpRequest, key: str) -> Run:
@@ -53,6 +54,24 @@ def run_frontier(request: HttpRequest, run: str) -> dict[str, Any]:
         "ready": ready,
         "deferred": [{"task": key, "blockers": b} for key, b in sorted(deferred.items())],
     }
+
+
+@router.get(
+    "/runs/{run}/what-if",
+    response={200: WhatIfOut, **ERRORS, 422: Errors},
+    summary="What global halt and scoped would do if capabilities went down now for N steps",
+    description=(
+        "`down`: a capability to take down (repeat it, or separate names with commas); "
+        "`steps`: how long, 1 to 100. Computed by the policy lab's simulator on the run's graph "
+        "from its current state; read-only: nothing is scheduled. A bad capability or number "
+        "of steps is a 422 naming the parameter."
+    ),
+)
+def run_what_if(
+    request: HttpRequest, run: str, down: list[str] = DOWN, steps: str = ""
+) -> dict[str, Any]:
+    names = [name for value in down for name in value.split(",")]
+    return lab_runs.what_if(run=get_run(request, run), down=names, steps=steps)
 
 
 @router.get(

@@ -199,6 +199,39 @@ class FrontierOut(Schema):
     deferred: list[Deferred]
 
 
+class WhatIfPolicy(Schema):
+    """What one policy would do to the run through the outage and after it."""
+
+    useful: int = Field(description="Weight of the work done validly during the outage.")
+    useful_tasks: int = Field(description="How many tasks were done validly during the outage.")
+    during_outage: list[str] = Field(
+        description="Keys of the tasks it would do validly in the outage."
+    )
+    invalid: int = Field(description="Executions whose conditions were false (or built on one).")
+    invalid_tasks: list[str]
+    rework: int = Field(description="Invalid work found after restoration and done again.")
+    completed_after_restoration: int = Field(description="Tasks first done after restoration.")
+    steps_to_completion: int = Field(description="Scheduling steps from now to the run's end.")
+    recovery_steps: int = Field(description="Of those, the steps after restoration.")
+    completed: bool = Field(description="Whether the run's work would all be done.")
+    localized_blockers: int = Field(description="Tasks held by a blocker of their own.")
+    run_wide_blockers: int = Field(description="Tasks held by a run-wide halt.")
+
+
+class WhatIfOut(Schema):
+    """The policy lab on the run's own graph from its current state: nothing is scheduled."""
+
+    run: str
+    down: list[str] = Field(description="The capabilities down in the what-if.")
+    already_down: list[str] = Field(description="Of those, the ones down now.")
+    steps: int
+    to_do: int = Field(description="The run's tasks not done yet.")
+    policies: dict[str, WhatIfPolicy] = Field(
+        description="global_halt and scoped; naive ignores the outage: what would be invalid."
+    )
+    hash: str = Field(description="sha256 of the canonical JSON of `policies`.")
+
+
 class PreviousAttempt(Schema):
     """The attempt the decision was on: what the next one must differ from."""
 

@@ -31,6 +31,10 @@ LINE = (
     "implement: the Resume ended with a background task still running (./mvnw test), "
     "which was killed; carrying on"
 )
+NO_SESSION_LINE = (
+    "implement: there was no session to resume; the session ended with a background task still "
+    "running (./mvnw test), which was killed; carrying on"
+)
 CAUSE = (
     "implement session ended with a background task still running (./mvnw test), which was "
     "killed, and a later step failed: no PR found"
@@ -98,7 +102,7 @@ def test_a_session_with_no_id_to_resume_that_ends_with_killed_background_work_is
     carry_on = last_decision("implement")
     assert carry_on.action == "carry_on"
     assert "its session cannot be resumed" in carry_on.reason
-    assert lines() == [LINE]
+    assert lines() == [NO_SESSION_LINE]
     assert state("implement") == "succeeded"
     assert sent(receiver, "task.resume") == []
 
@@ -277,3 +281,39 @@ def test_a_succeeded_attempt_stands_once_its_killed_work_is_carried_on(
     assert Task.objects.get(key="implement").finished_at is not None
     assert Task.objects.get(key="open-pr").ready
     assert start(pr_tool, "open-pr").status_code == 202
+
+
+def test_a_reframed_attempt_is_a_new_session_and_gets_its_own_resume(
+    implement_run, coder, receiver
+):
+    leaves_work_running(coder, resumable=True)
+    assert start(coder, "implement").status_code == 202  # the Resume
+    fail(coder, "implement", signature="no-pr", message="no PR found")
+    assert last_decision("implement").action == "reframe"
+
+    assert start(coder, "implement", context="c2").status_code == 202  # a new session
+    finish(coder, "implement", background_killed=KILLED, resumable=True)
+
+    assert [d.action for d in decisions("implement")] == ["resume", "reframe", "resume"]
+    assert len(sent(receiver, "task.resume", "implement")) == 2
+    assert start(coder, "implement", context="c2").status_code == 202  # its own Resume
+    finish(coder, "implement", background_killed=KILLED, resumable=True)
+
+    assert [d.action for d in decisions("implement")][-1] == "carry_on"
+    assert lines() == [LINE]
+    assert state("implement") == "succeeded"
+
+
+def test_an_attempts_own_failure_with_no_session_to_resume_is_worded_as_the_seed_words_it(
+    client, implement_run, coder
+):
+    started = start(coder, "implement")
+    assert started.status_code == 202, started.json()
+
+    fail(coder, "implement", signature="no-pr", message="no PR found", background_killed=KILLED)
+
+    assert lines() == [NO_SESSION_LINE]
+    assert [d.action for d in decisions("implement")] == ["carry_on", "reframe"]
+    assert last_decision("implement").reason.startswith(CAUSE + ". Reframe:")
+    row = api(client, coder, f"/api/v1/runs/{RUN}")["decisions"][-1]
+    assert row["cause"] == CAUSE

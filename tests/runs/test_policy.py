@@ -468,9 +468,10 @@ def test_a_session_with_no_id_to_resume_that_ends_with_killed_background_work_is
     outcome = background("implement", left(1, "./mvnw test -Dtest=GamesPageTest"))
 
     assert outcome.action == "carry_on"
+    # There was no session to resume: the line says so, not that a Resume ended.
     assert outcome.progress_line == (
-        "implement: the Resume ended with a background task still running "
-        "(./mvnw test -Dtest=GamesPageTest), which was killed; carrying on"
+        "implement: there was no session to resume; the session ended with a background task "
+        "still running (./mvnw test -Dtest=GamesPageTest), which was killed; carrying on"
     )
     assert "its session cannot be resumed" in outcome.reason
 
@@ -532,7 +533,7 @@ def test_a_resume_is_decided_on_by_its_own_outcome() -> None:
                 left(3, "b", resumable=True),
             ],
             "carry_on",
-            "the task already had its one Resume (attempt 2)",
+            "its session already had its one Resume (attempt 2)",
         ),
         ([left(1, resumable=True)], "none", ""),
         ([attempt(1, None, resumable=True)], "none", ""),
@@ -560,7 +561,11 @@ def test_it_resumes_killed_background_work_once(
 
 
 def test_it_names_every_killed_background_task_once() -> None:
-    outcome = background("implement", left(1, "./mvnw test", "npm run watch", "./mvnw test"))
+    outcome = background(
+        "implement",
+        left(1, "./mvnw test", resumable=True),
+        left(2, "./mvnw test", "npm run watch", "./mvnw test", resumed=True),
+    )
 
     assert outcome.killed == ("./mvnw test", "npm run watch")
     assert outcome.progress_line == (
@@ -599,6 +604,45 @@ def test_naming_the_killed_work_twice_does_not_repeat_it() -> None:
     once = failure_cause(killed=killed, cause="no PR found")
 
     assert failure_cause(killed=killed, cause=once) == once
+
+
+@pytest.mark.parametrize("fresh", ["reframed", "rerouted"])
+def test_a_reframed_or_rerouted_attempt_is_a_new_session_with_its_own_resume(fresh: str) -> None:
+    # Attempt 1 had the task's first session's Resume (attempt 2); attempt 3 is a new session.
+    attempts = [
+        left(1, "./mvnw test", resumable=True),
+        attempt(2, "reasoning", "no-pr", resumed=True),
+        left(3, "./mvnw test", resumable=True, **{fresh: True}),
+    ]
+
+    first = background("implement", *attempts)
+
+    assert first.action == "resume"
+    assert first.reason.startswith("Resume once: implement attempt 3 ended")
+
+    again = background("implement", *attempts, left(4, "./mvnw test", resumed=True))
+
+    assert again.action == "carry_on"
+    assert again.progress_line is not None
+    assert again.progress_line.startswith("implement: the Resume ended with")
+    assert "its Resume (attempt 4)" in again.reason
+
+
+def test_a_retry_in_a_session_that_had_its_resume_is_not_resumed_again() -> None:
+    # No reframe or reroute in between: the same session, which already had its one Resume.
+    attempts = [
+        left(1, "./mvnw test", resumable=True),
+        attempt(2, "transient", "timeout", resumed=True),
+        left(3, "./mvnw test", resumable=True),
+    ]
+
+    outcome = background("implement", *attempts)
+
+    assert outcome.action == "carry_on"
+    assert outcome.progress_line == (
+        "implement: the session, which already had its one Resume, ended with a background "
+        "task still running (./mvnw test), which was killed; carrying on"
+    )
 
 
 def test_the_progress_line_and_the_cause_use_the_same_words_for_the_work() -> None:
@@ -791,23 +835,32 @@ def test_the_backoff_never_shrinks_without_jitter(number: int, config: RetryConf
 
 
 @given(histories())
-def test_killed_background_work_is_resumed_at_most_once(attempts: list[AttemptView]) -> None:
-    # Play the task forward: each resume decision makes the next attempt a Resume.
+def test_killed_background_work_is_resumed_at_most_once_per_session(
+    attempts: list[AttemptView],
+) -> None:
+    # Play the task forward: each resume decision makes the next attempt a Resume. A reframed or
+    # rerouted attempt starts a new session, which may have its own one Resume.
     played: list[AttemptView] = []
-    resumes = 0
+    resumes = [0]
     for view in attempts:
         resumed = (
             bool(played) and after_background_kill(task="t", attempts=played).action == "resume"
         )
-        played.append(replace(view, resumed=resumed))
-        resumes += resumed
-    assert resumes <= 1
+        view = replace(view, resumed=resumed)
+        if resumed:
+            view = replace(view, reframed=False, rerouted=False)  # a Resume is the same session
+        if view.reframed or view.rerouted:
+            resumes.append(0)
+        played.append(view)
+        resumes[-1] += resumed
+    assert max(resumes) <= 1
 
     outcome = after_background_kill(task="t", attempts=attempts)
     last = attempts[-1]
     if last.failure is not None and last.failure.kind == "error" or not last.background_killed:
         assert (outcome.action, outcome.progress_line, outcome.killed) == ("none", None, ())
-    if any(view.resumed for view in attempts):
+    fresh = max((i for i, v in enumerate(attempts) if v.reframed or v.rerouted), default=0)
+    if any(view.resumed for view in attempts[fresh:]):
         assert outcome.action != "resume"
 
 

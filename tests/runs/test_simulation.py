@@ -24,6 +24,7 @@ def scenario(**overrides: Any) -> dict[str, Any]:
     """A small software-factory outage: local work beside work that needs the forge."""
     data: dict[str, Any] = {
         "domain": "software_factory",
+        "category": "independent",
         "title": "The forge is down",
         "capabilities": ["forge", "workspace"],
         "roles": {"authority": "forge"},
@@ -129,7 +130,7 @@ def without_expect(**overrides: Any) -> dict[str, Any]:
 
 def test_a_scenario_needs_no_expect_block() -> None:
     case = load_scenario(without_expect(), name="plain")
-    assert case.expect.kinds == ()
+    assert case.expect.kinds == ("independent",)  # its category is checked as its kind
     assert verify(case, lab([case])["scenarios"][0]) == []
 
 
@@ -161,6 +162,7 @@ def test_naive_work_on_top_of_invalid_work_must_be_caught_too() -> None:
             {"key": "notify", "prerequisites": ["push"], "capabilities": ["workspace"]},
         ],
         outage={"capability": "forge", "start": 0, "steps": 3},
+        category="all_blocked",
     )
     case = load_scenario(data, name="taint")
     result = copy.deepcopy(lab([case])["scenarios"][0])
@@ -310,9 +312,25 @@ def test_two_runs_give_the_same_result_hash() -> None:
     assert lab(corpus())["hash"] == lab(list(reversed(corpus())))["hash"]
 
 
-def test_the_readme_shows_the_table_the_command_prints() -> None:
-    readme = (CORPUS[0].parent / "README.md").read_text()
-    assert simulation.table(lab(corpus())) in readme
+EVIDENCE = (
+    CORPUS[0].parents[2] / "docs" / "research" / "evidence" / "scoped-progress-partial-failure"
+)
+
+
+def test_the_kept_evidence_is_what_the_command_writes(tmp_path: Path) -> None:
+    # `make policy-lab` keeps the inputs, the raw results and the table; they must be current.
+    call_command("policy_lab", "--verify", "--write-results", str(tmp_path), stdout=StringIO())
+    report = lab(corpus())
+    kept = json.loads((EVIDENCE / "results.json").read_text())
+    assert kept == json.loads((tmp_path / "results.json").read_text()) == report
+    assert (EVIDENCE / "results.md").read_text() == (tmp_path / "results.md").read_text()
+    assert simulation.table(report) in (EVIDENCE / "results.md").read_text()
+    assert f"Result hash: `{report['hash']}`" in (EVIDENCE / "results.md").read_text()
+    for path in CORPUS:
+        assert json.loads((EVIDENCE / "inputs" / path.name).read_text()) == json.loads(
+            path.read_text()
+        )
+    assert len(list((EVIDENCE / "inputs").glob("*.json"))) == len(CORPUS)
 
 
 # The command.
@@ -347,7 +365,7 @@ def test_policy_lab_verifies_a_scenario_without_expect(tmp_path: Path, monkeypat
     path = tmp_path / "plain.json"
     path.write_text(json.dumps(without_expect()))
     out = StringIO()
-    call_command("policy_lab", str(path), "--verify", stdout=out)
+    call_command("policy_lab", str(path), "--verify", "--without-minimums", stdout=out)
     assert out.getvalue().rstrip().endswith("verify: ok (1 scenarios)")
 
     real = simulation.simulate
@@ -360,7 +378,7 @@ def test_policy_lab_verifies_a_scenario_without_expect(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(simulation, "simulate", blind)
     with pytest.raises(CommandError, match="naive's invalid execution of push went undetected"):
-        call_command("policy_lab", str(path), "--verify", stdout=StringIO())
+        call_command("policy_lab", str(path), "--verify", "--without-minimums", stdout=StringIO())
 
 
 def test_policy_lab_names_a_broken_file(tmp_path: Path) -> None:
