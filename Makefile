@@ -7,7 +7,7 @@ UV := .tools/bin/uv
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := fleet.settings
 
-.PHONY: install run web worker test lint typecheck migrations-check check policy-lab bench clean
+.PHONY: client-types install run web worker test lint typecheck migrations-check check policy-lab bench clean
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
@@ -61,3 +61,9 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .tools node_modules var staticfiles
+
+# After an API change: the TypeScript client's copy of the OpenAPI document and its generated types.
+client-types: install
+	$(PY) -c "import django, json; django.setup(); from django.test import Client; \
+	print(json.dumps(Client().get('/api/v1/openapi.json').json(), indent=2))" > clients/typescript/openapi.json
+	cd clients/typescript && npm run --silent generate && npm run --silent build

@@ -71,7 +71,7 @@ def test_its_types_are_generated_from_the_servers_openapi_document(built, tmp_pa
     served = Client().get("/api/v1/openapi.json").json()
     kept = json.loads((CLIENT / "openapi.json").read_text())
     assert kept == served, (
-        "the API changed: save /api/v1/openapi.json to clients/typescript/openapi.json and run npm run generate"
+        "the API changed: run make client-types (it saves /api/v1/openapi.json to clients/typescript/ and regenerates the types)"
     )
     out = tmp_path / "schema.d.ts"
     done = subprocess.run(

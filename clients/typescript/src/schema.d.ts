@@ -38,6 +38,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run}/what-if": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What global halt and scoped would do if capabilities went down now for N steps
+         * @description `down`: a capability to take down (repeat it, or separate names with commas); `steps`: how long, 1 to 100. Computed by the policy lab's simulator on the run's graph from its current state; read-only: nothing is scheduled. A bad capability or number of steps is a 422 naming the parameter.
+         */
+        get: operations["fleet_api_runs_run_what_if"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs/{run}/tasks/{task}/context": {
         parameters: {
             query?: never;
@@ -1037,6 +1057,106 @@ export interface components {
             ready: string[];
             /** Deferred */
             deferred: components["schemas"]["Deferred"][];
+        };
+        /**
+         * WhatIfOut
+         * @description The policy lab on the run's own graph from its current state: nothing is scheduled.
+         */
+        WhatIfOut: {
+            /** Run */
+            run: string;
+            /**
+             * Down
+             * @description The capabilities down in the what-if.
+             */
+            down: string[];
+            /**
+             * Already Down
+             * @description Of those, the ones down now.
+             */
+            already_down: string[];
+            /** Steps */
+            steps: number;
+            /**
+             * To Do
+             * @description The run's tasks not done yet.
+             */
+            to_do: number;
+            /**
+             * Policies
+             * @description global_halt and scoped; naive ignores the outage: what would be invalid.
+             */
+            policies: {
+                [key: string]: components["schemas"]["WhatIfPolicy"];
+            };
+            /**
+             * Hash
+             * @description sha256 of the canonical JSON of `policies`.
+             */
+            hash: string;
+        };
+        /**
+         * WhatIfPolicy
+         * @description What one policy would do to the run through the outage and after it.
+         */
+        WhatIfPolicy: {
+            /**
+             * Useful
+             * @description Weight of the work done validly during the outage.
+             */
+            useful: number;
+            /**
+             * Useful Tasks
+             * @description How many tasks were done validly during the outage.
+             */
+            useful_tasks: number;
+            /**
+             * During Outage
+             * @description Keys of the tasks it would do validly in the outage.
+             */
+            during_outage: string[];
+            /**
+             * Invalid
+             * @description Executions whose conditions were false (or built on one).
+             */
+            invalid: number;
+            /** Invalid Tasks */
+            invalid_tasks: string[];
+            /**
+             * Rework
+             * @description Invalid work found after restoration and done again.
+             */
+            rework: number;
+            /**
+             * Completed After Restoration
+             * @description Tasks first done after restoration.
+             */
+            completed_after_restoration: number;
+            /**
+             * Steps To Completion
+             * @description Scheduling steps from now to the run's end.
+             */
+            steps_to_completion: number;
+            /**
+             * Recovery Steps
+             * @description Of those, the steps after restoration.
+             */
+            recovery_steps: number;
+            /**
+             * Completed
+             * @description Whether the run's work would all be done.
+             */
+            completed: boolean;
+            /**
+             * Localized Blockers
+             * @description Tasks held by a blocker of their own.
+             */
+            localized_blockers: number;
+            /**
+             * Run Wide Blockers
+             * @description Tasks held by a run-wide halt.
+             */
+            run_wide_blockers: number;
         };
         /**
          * ContextOut
@@ -2729,6 +2849,59 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
+        };
+    };
+    fleet_api_runs_run_what_if: {
+        parameters: {
+            query?: {
+                /** @description A capability to take down; repeat it or separate with commas. */
+                down?: string[];
+                steps?: string;
+            };
+            header?: never;
+            path: {
+                run: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhatIfOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
+            /** @description Unprocessable Content */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
