@@ -219,6 +219,11 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", "False")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_SECONDS = envint("RECONCILE_EVERY_SECONDS", "30")
+# Outbound notifications: each phase of a request (connect, write, read) may take the timeout; a
+# send is leased for 3 × that + 30 s (or DELIVERY_LEASE_SECONDS, never less than 3 × the timeout),
+# after which a delivery whose worker died mid-request is sent again.
+DELIVERY_TIMEOUT_SECONDS = envint("DELIVERY_TIMEOUT_SECONDS", "10")
+DELIVERY_LEASE_SECONDS = envint("DELIVERY_LEASE_SECONDS", "0")
 # Work younger than this is presumed in flight, not lost.
 RECONCILE_GRACE_SECONDS = envint("RECONCILE_GRACE_SECONDS", "30")
 CELERY_BEAT_SCHEDULE = {
