@@ -1,5 +1,6 @@
-"""The fault suite's stack (one for the session: starting it is most of the suite's time) and
-the figures it measures, written to var/faults.json and printed at the end."""
+"""The fault suite's stack (one for the module: starting it is a quarter of the suite's time;
+stopped when the module ends, so the rest of the test run does not share the machine with it)
+and the figures it measures, written to var/faults.json and printed at the end."""
 
 import json
 import platform
@@ -17,7 +18,7 @@ from tests.faults.stack import ROOT, Stack, available
 FIGURES: dict[str, Any] = {}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     missing = available()
     needs(missing or "nothing", not missing)
