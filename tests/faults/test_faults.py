@@ -85,8 +85,10 @@ def reconcile(stack: Stack, sent: list[Sent], *, allowed: set[int]) -> dict[str,
     repeats = {k: len(v) for k, v in received.items() if len(v) > 1}
     for webhook_id in repeats:
         assert len(set(received[webhook_id])) == 1, "one webhook-id carried different tasks"
+    span = max(s.done_at for s in sent) - min(s.first_at for s in sent)
     return {
         "events_sent": len(sent),
+        "events_per_s": round(len(sent) / span, 1),
         "answers": {str(k): v for k, v in sorted(statuses.items())},
         "events_applied_once": len(applied),
         "notifications_recorded": len(recorded),
