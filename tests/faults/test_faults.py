@@ -192,22 +192,35 @@ def test_postgres_down_for_10s_under_traffic(stack: Stack) -> None:
     }
 
 
+def hold_a_notification(stack: Stack) -> tuple[Any, Any, int]:
+    """Have the receiver hold the next notification, and find the worker sending it. The worker
+    gives up on a request after DELIVERY_TIMEOUT_SECONDS: if it did before it was found, hold
+    another."""
+    receiver = stack.receiver
+    for _ in range(3):
+        receiver.release.clear()
+        with receiver.lock:
+            seen = len(receiver.received)
+            receiver.script.append(HANG)
+        held = wait_until(
+            lambda seen=seen: receiver.received[seen] if len(receiver.received) > seen else None,
+            30,
+            "a notification to be held by the receiver",
+        )
+        try:
+            return held, stack.worker_holding(held.peer), seen
+        except LookupError:
+            receiver.release.set()
+    raise AssertionError("the worker sending a held notification could not be found three times")
+
+
 def test_a_worker_sigkilled_mid_delivery(stack: Stack) -> None:
     """A worker is SIGKILLed while it sends a notification (the receiver holds the request):
     the notification is sent again once its lease runs out, the same webhook-id twice, which
     the receiver dedupes; the supervisor starts the worker again; nothing else is lost."""
     receiver = stack.receiver
-    receiver.release.clear()
-    with receiver.lock:
-        seen = len(receiver.received)
-        receiver.script.append(HANG)
     with Traffic(stack) as traffic:
-        held = wait_until(
-            lambda: next((r for r in receiver.received[seen:] if r.type == "task.ready"), None),
-            30,
-            "a notification to be held by the receiver",
-        )
-        victim = stack.worker_holding(held.peer)
+        held, victim, seen = hold_a_notification(stack)
         ready_before = victim.log.read_text().count(" ready.")
         killed_at = time.time()
         victim.kill()
