@@ -7,6 +7,7 @@ once and received (a receipt may repeat only under the same webhook-id: delivery
 once, and the receiver dedupes on the id). The figures go to var/faults.json (see conftest).
 """
 
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -97,6 +98,18 @@ def reconcile(stack: Stack, sent: list[Sent], *, allowed: set[int]) -> dict[str,
     }
 
 
+def readyz_midway(stack: Stack) -> tuple[int, dict[str, Any], str]:
+    """Sleep through the outage (OUTAGE_S), asking /readyz halfway through."""
+    found: list[tuple[int, dict[str, Any], str]] = []
+    time.sleep(OUTAGE_S / 2)
+    asking = threading.Thread(target=lambda: found.append(stack.readyz()))
+    asking.start()
+    time.sleep(OUTAGE_S / 2)
+    asking.join(30)
+    assert found, "/readyz did not answer during the outage"
+    return found[0]
+
+
 def exits_between(stack: Stack, start: float, end: float) -> dict[str, int]:
     return {
         p.name: n
@@ -114,9 +127,7 @@ def test_redis_down_for_10s_under_traffic(stack: Stack) -> None:
         time.sleep(2)
         down_at = time.time()
         stack.redis.stop()
-        time.sleep(OUTAGE_S / 2)
-        during = stack.readyz()
-        time.sleep(OUTAGE_S / 2)
+        during = readyz_midway(stack)
         stack.redis.start()
         up_at = time.time()
         time.sleep(3)
@@ -156,9 +167,7 @@ def test_postgres_down_for_10s_under_traffic(stack: Stack) -> None:
         time.sleep(2)
         down_at = time.time()
         stack.pg.stop()
-        time.sleep(OUTAGE_S / 2)
-        during = stack.readyz()
-        time.sleep(OUTAGE_S / 2)
+        during = readyz_midway(stack)
         stack.pg.start()
         up_at = time.time()
         time.sleep(3)
