@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -364,9 +364,6 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr}")
         return done.stdout
 
-    def manage_json(self, *args: str) -> dict[str, Any]:
-        return dict(json.loads(self.manage(*args)))
-
     def supervise(self, name: str, argv: list[str]) -> Supervised:
         process = Supervised(name, argv, self.env, self.workdir / f"{name}.log")
         process.start()
@@ -444,10 +441,10 @@ def socket_owner(local_port: int) -> int:
     inode = ""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if int(fields[1].split(":")[1], 16) == local_port:
-            inode = fields[9]
+        if int(fields[1].split(":")[1], 16) == local_port and fields[9] != "0":
+            inode = fields[9]  # 0: a closed connection's TIME_WAIT, which no process holds
             break
-    if not inode or inode == "0":
+    if not inode:
         raise LookupError(f"no socket on local port {local_port}")
     target = f"socket:[{inode}]"
     for fd in glob.glob("/proc/[0-9]*/fd/*"):
@@ -556,9 +553,3 @@ class Traffic:
         self.stopping.set()
         for thread in self.threads:
             thread.join(150)
-
-
-@contextlib.contextmanager
-def traffic(stack: Stack, **kwargs: Any) -> Iterator[Traffic]:
-    with Traffic(stack, **kwargs) as running:
-        yield running
