@@ -51,7 +51,12 @@ def retry_window_s() -> float:
 
 
 def lease_s(timeout: float) -> float:
-    """How long a claimed send keeps others off: connect, write and read may each take `timeout`."""
+    """How long a claimed send keeps others off: connect, write and read may each take `timeout`.
+
+    `DELIVERY_LEASE_SECONDS` shortens or lengthens the slack, never below the three phases."""
+    configured = float(getattr(settings, "DELIVERY_LEASE_SECONDS", 0) or 0)
+    if configured:
+        return max(configured, 3 * timeout)
     return 3 * timeout + 30
 
 

@@ -229,7 +229,22 @@ CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", "False")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker rides out a broker outage. It retries the connection for as long as the outage lasts
+# (Celery gives up after 100 tries by default, and the worker exits). On the loss it cancels the
+# acknowledged-late tasks it is running, as Celery 6 will by default: their messages cannot be
+# acknowledged on the lost connection, and a late acknowledgement on a channel kombu has already
+# closed is what raised `AttributeError: 'NoneType' object has no attribute 'hostname'` inside
+# kombu's Redis transport (kombu issues 582 and 970) and stopped the worker. Every task is
+# idempotent and what it stood for is in the database: the reconciler enqueues it again.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 RECONCILE_EVERY_SECONDS = envint("RECONCILE_EVERY_SECONDS", "30")
+# Outbound notifications: each phase of a request (connect, write, read) may take the timeout; a
+# send is leased for 3 × that + 30 s (or DELIVERY_LEASE_SECONDS, never less than 3 × the timeout),
+# after which a delivery whose worker died mid-request is sent again.
+DELIVERY_TIMEOUT_SECONDS = envint("DELIVERY_TIMEOUT_SECONDS", "10")
+DELIVERY_LEASE_SECONDS = envint("DELIVERY_LEASE_SECONDS", "0")
 # Work younger than this is presumed in flight, not lost.
 RECONCILE_GRACE_SECONDS = envint("RECONCILE_GRACE_SECONDS", "30")
 CELERY_BEAT_SCHEDULE = {

@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -220,6 +220,7 @@ class Received:
     headers: dict[str, str]
     signed: bool  # the signature verified with the fleet's secret
     peer: int = 0  # the sender's port: one per connection
+    at: float = field(default_factory=time.time)  # when it arrived
 
 
 class Receiver:

@@ -274,6 +274,37 @@ def test_a_worker_that_died_mid_request_leaves_the_delivery_leased_then_due(hook
     assert receiver.ids() == ["msg_leased"]
 
 
+def test_the_lease_is_three_timeouts_and_30s_unless_configured(settings):
+    settings.DELIVERY_LEASE_SECONDS = 0
+    assert deliveries.lease_s(10) == 60
+    settings.DELIVERY_LEASE_SECONDS = 7
+    assert deliveries.lease_s(2) == 7
+    # Never shorter than a request may take: connect, write and read may each take the timeout.
+    assert deliveries.lease_s(10) == 30
+
+
+def test_a_send_holds_the_delivery_for_the_configured_lease(hooked, receiver, settings):
+    settings.DELIVERY_TIMEOUT_SECONDS = 2
+    settings.DELIVERY_LEASE_SECONDS = 7
+    receiver.stop()
+    delivery = Delivery.objects.create(
+        fleet=hooked, webhook_id="msg_lease7", type="task.ready", payload={"type": "task.ready"},
+        next_attempt_at=timezone.now(),
+    )  # fmt: skip
+
+    def crash(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit("the worker died")
+
+    before = timezone.now()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(deliveries, "post", crash)
+        with pytest.raises(SystemExit):
+            deliveries.send(delivery.pk)
+    delivery.refresh_from_db()
+    assert before + timedelta(seconds=7) <= delivery.next_attempt_at
+    assert delivery.next_attempt_at <= timezone.now() + timedelta(seconds=7)
+
+
 def test_deliveries_to_a_receiver_that_keeps_connections_alive_share_one(fleet, http11_receiver):
     hooked = hook(fleet, http11_receiver)
 
