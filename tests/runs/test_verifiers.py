@@ -420,7 +420,7 @@ def test_postgresql_values_follow_the_cell_rules(crm_postgresql: str) -> None:
             ["read-only"],
         ),
         ("SELECT * FROM customers FOR UPDATE", ["tries to write", "nothing was changed"]),
-        ("SELECT set_config('transaction_read_only', 'off', true)", ["read-write"]),
+        ("SELECT set_config('transaction_read_only', 'off', true)", ["set_config", "nothing was run"]),
     ],
 )
 def test_a_write_or_a_second_statement_is_refused_on_postgresql(
@@ -962,6 +962,12 @@ def test_a_superuser_data_source_is_not_queried(crm_postgresql: str) -> None:
         ("SELECT pg_read_file('/etc/hostname')", "pg_read_file"),
         ("SELECT pg_ls_dir('.')", "pg_ls_dir"),
         ("SELECT pg_terminate_backend(1)", "pg_terminate_backend"),
+        ("SELECT pg_cancel_backend(1) AS x", "pg_cancel_backend"),
+        ("SELECT pg_catalog.pg_terminate_backend(1) AS x", "pg_terminate_backend"),
+        ('SELECT U&"pg_terminate_backen\\0064"(1) AS x', "pg_terminate_backend"),
+        ("SELECT x FROM pg_ls_dir('.') AS x", "pg_ls_dir"),
+        ("SELECT query_to_xml('SELECT 1', true, true, '') AS x", "query_to_xml"),
+        ("SELECT 1 AS x WHERE pg_advisory_lock(1) IS NOT NULL", "pg_advisory_lock"),
     ],
 )
 def test_a_probe_outside_the_data_is_refused_naming_the_function(
@@ -972,3 +978,14 @@ def test_a_probe_outside_the_data_is_refused_naming_the_function(
     )
     assert verdict.status != "verified", verdict
     assert function in verdict.reason, verdict.reason
+    if function not in {"pg_read_file", "pg_ls_dir"}:  # refused by PostgreSQL itself, or by us
+        assert "does not allow" in verdict.reason and "nothing was run" in verdict.reason
+
+
+def test_a_function_named_inside_a_string_is_not_a_call(crm_postgresql: str) -> None:
+    query = "SELECT 'pg_read_file(x)' AS x"
+    verdict = verify(
+        columns_evidence(query, "x", [["pg_read_file(x)"]]),
+        Sources(datasources={"crm": crm_postgresql}),
+    )
+    assert verdict.status == "verified", verdict

@@ -1,6 +1,8 @@
 """Running a query_result's query on PostgreSQL: read-only, within the limits, values as text."""
 
+import json
 import math
+import re
 import time
 from typing import Any, Final
 
@@ -39,6 +41,12 @@ def _run_on_postgresql(
             session = cursor.fetchone()
             if session is None or session[-1] != "on":
                 raise _Unverifiable(f"data source {name!r} would not open a read-only transaction")
+        denied = _denied_function(connection, statement)
+        if denied:
+            raise _Unverifiable(
+                f"the query calls {denied}(), which the verifier does not allow: it may only "
+                "read data, so nothing was run"
+            )
         # A server-side cursor: DECLARE goes over the extended protocol, which refuses a second
         # statement, and FETCH brings at most the row cap over the wire.
         with connection.cursor(name="bulkhead_verifier") as cursor:
@@ -76,6 +84,50 @@ def _fetch_within(cursor: Any, limits: Limits, deadline: float) -> list[tuple[An
                 f"the query took longer than {limits.query_timeout:g} s, so it was stopped"
             )
     return rows
+
+
+# Functions that reach past the data (files, other sessions, locks, sleeps, notifications,
+# settings) or run SQL of their own from a string, which the plan below cannot see into. A role
+# may hold EXECUTE on some of these by default (pg_terminate_backend on its own sessions).
+_DENIED_FUNCTIONS: Final = re.compile(
+    r"pg_(terminate|cancel)_backend|pg_read_(binary_)?file|pg_ls_\w+|pg_stat_file"
+    r"|pg_(try_)?advisory\w*|lo_\w+|dblink\w*|set_config|pg_notify|pg_reload_conf"
+    r"|pg_rotate_logfile|pg_log_backend_memory_contexts|pg_promote|pg_switch_wal|pg_create_\w+"
+    r"|pg_drop_\w+|pg_replication_\w+|pg_logical_\w+|pg_file_\w+|pg_current_logfile"
+    r"|pg_stat_reset\w*|pg_backup_\w+|pg_wal_replay_\w+|pg_import_system_collations"
+    r"|(query|cursor|table|schema|database)_to_xml\w*|ts_stat|ts_rewrite"
+)
+_STRING_LITERAL: Final = re.compile(r"'(?:[^']|'')*'")
+_CALL: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_$]*)\s*\(")
+
+
+def _denied_function(connection: psycopg.Connection[Any], statement: str) -> str | None:
+    """The first denied function the query's plan calls, by the name PostgreSQL resolved (so a
+    quoted, escaped or schema-qualified spelling, or a view, hides nothing). EXPLAIN runs
+    nothing; it is prepared, so the extended protocol refuses a second statement. A query that
+    cannot be planned is left to fail when it runs, with its own reason."""
+    try:
+        with connection.transaction(), connection.cursor() as cursor:  # a savepoint
+            cursor.execute(f"EXPLAIN (VERBOSE, FORMAT JSON) {statement}", prepare=True)
+            row = cursor.fetchone()
+    except psycopg.Error:
+        return None
+    plan = row[0] if row else []
+    for text in _plan_strings(json.loads(plan) if isinstance(plan, str) else plan):
+        for name in _CALL.findall(_STRING_LITERAL.sub("''", text)):
+            if _DENIED_FUNCTIONS.fullmatch(name.lower()):
+                return name.lower()
+    return None
+
+
+def _plan_strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [text for value in node.values() for text in _plan_strings(value)]
+    if isinstance(node, list):
+        return [text for value in node for text in _plan_strings(value)]
+    return []
 
 
 # Fixed session settings, so values print the same text whatever the role's defaults are.
