@@ -420,7 +420,10 @@ def test_postgresql_values_follow_the_cell_rules(crm_postgresql: str) -> None:
             ["read-only"],
         ),
         ("SELECT * FROM customers FOR UPDATE", ["tries to write", "nothing was changed"]),
-        ("SELECT set_config('transaction_read_only', 'off', true)", ["set_config", "nothing was run"]),
+        (
+            "SELECT set_config('transaction_read_only', 'off', true)",
+            ["set_config", "nothing was run"],
+        ),
     ],
 )
 def test_a_write_or_a_second_statement_is_refused_on_postgresql(
