@@ -27,8 +27,9 @@ from escalations.models import (
 from escalations.services import messages
 from escalations.services.state import NOTE_MAX_CHARS, lock_escalation
 from fleet.errors import Refusal, error
-from fleet.models import Membership
+from fleet.models import Fleet, Membership
 from runs.models import Attempt, Task
+from runs.policy import FAILURE_KINDS
 
 SWEEP_BATCH = 500
 
@@ -375,3 +376,128 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         while (kind := step_once(escalation_id, now)) is not None:
             made[kind] += 1
     return made
+
+
+# Configuring a fleet's pools, routing rules and due times (the management commands call these).
+
+
+def reviewers_of(fleet: Fleet, usernames: list[str]) -> list[Any]:
+    found = {
+        u.get_username(): u
+        for u in get_user_model().objects.filter(
+            username__in=usernames,
+            memberships__fleet=fleet,
+            memberships__role=Membership.Role.REVIEWER,
+        )
+    }
+    missing = [name for name in usernames if name not in found]
+    if missing:
+        raise Refusal(
+            [
+                error(
+                    "reviewers",
+                    f"{', '.join(missing)} {'is not a reviewer' if len(missing) == 1 else 'are not reviewers'} "
+                    f"of fleet {fleet.name}: add them with member_add NAME --fleet {fleet.name} --role reviewer",
+                )
+            ]
+        )
+    return [found[name] for name in usernames]
+
+
+@transaction.atomic
+def pool_set(*, fleet: Fleet, name: str, usernames: list[str]) -> Pool:
+    """The pool with exactly these reviewers (those staying keep their turn)."""
+    if not name or len(name) > 100 or not all(c.isalnum() or c in "-_" for c in name):
+        raise Refusal(
+            [error("pool", f"{name[:100]!r} is not a pool name: letters, digits, - and _")]
+        )
+    users = reviewers_of(fleet, usernames)
+    pool, _ = Pool.objects.get_or_create(fleet=fleet, name=name)
+    PoolMember.objects.filter(pool=pool).exclude(user__in=users).delete()
+    for user in users:
+        PoolMember.objects.get_or_create(pool=pool, user=user)
+    return pool
+
+
+def pool_named(fleet: Fleet, name: str, loc: str) -> Pool:
+    pool = Pool.objects.filter(fleet=fleet, name=name).first()
+    if pool is None:
+        raise Refusal(
+            [error(loc, f"fleet {fleet.name} has no pool {name[:100]!r}: create it with pool_set")]
+        )
+    return pool
+
+
+@transaction.atomic
+def route_add(
+    *,
+    fleet: Fleet,
+    pool: str,
+    next_pool: str = "",
+    agent_role: str = "",
+    capability: str = "",
+    run: str = "",
+    failure_kind: str = "",
+    position: int | None = None,
+) -> RoutingRule:
+    if failure_kind and failure_kind not in FAILURE_KINDS:
+        raise Refusal(
+            [
+                error(
+                    "failure_kind",
+                    f"{failure_kind[:50]!r} is not one of {', '.join(FAILURE_KINDS)}",
+                )
+            ]
+        )
+    for loc, value, most in (
+        ("agent_role", agent_role, 100),
+        ("capability", capability, 100),
+        ("run", run, 200),
+    ):
+        if len(value) > most:
+            raise Refusal([error(loc, f"is longer than {most} characters")])
+    found = pool_named(fleet, pool, "pool")
+    after = pool_named(fleet, next_pool, "next_pool") if next_pool else None
+    if after is not None and after.pk == found.pk:
+        raise Refusal([error("next_pool", "must be another pool than the rule's own")])
+    if position is None:
+        last = RoutingRule.objects.filter(fleet=fleet).order_by("-position").first()
+        position = last.position + 1 if last else 0
+    return RoutingRule.objects.create(
+        fleet=fleet,
+        position=position,
+        pool=found,
+        next_pool=after,
+        agent_role=agent_role,
+        capability=capability,
+        run=run,
+        failure_kind=failure_kind,
+    )
+
+
+@transaction.atomic
+def due_set(
+    *, fleet: Fleet, minutes: int, failure_kind: str = "", urgency: str = ""
+) -> DueRule | None:
+    """Set (or, with 0 minutes, remove) a due time by failure kind, urgency, or the default."""
+    if failure_kind and urgency:
+        raise Refusal([error("urgency", "a due time is by failure kind or by urgency, not both")])
+    if failure_kind and failure_kind not in FAILURE_KINDS:
+        raise Refusal(
+            [
+                error(
+                    "failure_kind",
+                    f"{failure_kind[:50]!r} is not one of {', '.join(FAILURE_KINDS)}",
+                )
+            ]
+        )
+    if urgency and urgency not in routing.URGENCIES:
+        raise Refusal([error("urgency", f"{urgency[:50]!r} is not one of low, normal, high")])
+    if minutes < 0 or minutes > 60 * 24 * 365:
+        raise Refusal([error("minutes", "must be between 1 and 525600 (0 removes the due time)")])
+    match = {"fleet": fleet, "failure_kind": failure_kind, "urgency": urgency}
+    if minutes == 0:
+        DueRule.objects.filter(**match).delete()
+        return None
+    rule, _ = DueRule.objects.update_or_create(**match, defaults={"minutes": minutes})
+    return rule
