@@ -194,5 +194,5 @@ def test_overdue_at_the_last_tier_goes_to_the_managers_and_stays_overdue(desk, p
     assert f'id="esc-{escalation.pk}"' in page
     assert "managers" in page and "badge-overdue" in page
     packet = client.get(f"/escalations/{escalation.pk}/").content.decode()
-    assert "Assigned to the fleet&#x27;s managers" in packet
+    assert "Assigned to the fleet's managers" in packet
     assert "overdue: tier 2" in packet and "reminder (tier 1)" in packet
