@@ -15,7 +15,7 @@ Pure: plain data in, decisions out; the caller passes `now`. Rules where the pro
   an overdue escalation stays where it is, marked overdue: nothing answers, aborts or denies it.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -156,12 +156,3 @@ def when_next(timing: Timing, now: datetime) -> datetime | None:
 
 def overdue(due_at: datetime | None, now: datetime) -> bool:
     return due_at is not None and now >= due_at
-
-
-def percentile(values: Sequence[float], fraction: float) -> float | None:
-    """The nearest-rank percentile (0.5: the median; 0.9: p90), or None with no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * fraction // 1))  # ceil(n * fraction), at least 1
-    return ordered[int(rank) - 1]

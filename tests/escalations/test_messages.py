@@ -74,7 +74,9 @@ def routed(desk: Any, alice: Any) -> Any:
     return desk
 
 
-def test_the_email_reaches_the_reviewer_with_a_signed_link_that_needs_sign_in(routed, alice, smtp, settings):
+def test_the_email_reaches_the_reviewer_with_a_signed_link_that_needs_sign_in(
+    routed, alice, smtp, settings
+):
     settings.SITE_URL = "http://testserver"
     escalation = routed.escalate()
     assert len(smtp.mails) == 1
@@ -85,7 +87,9 @@ def test_the_email_reaches_the_reviewer_with_a_signed_link_that_needs_sign_in(ro
     assert f"Question: {QUESTION}" in body
     assert "Run: tier-discounts  Task: plan" in body
     assert "Waiting: 0h 0m" in body
-    due_at = escalation.due_at.astimezone(timezone.get_fixed_timezone(0)).strftime("%Y-%m-%d %H:%M UTC")
+    due_at = escalation.due_at.astimezone(timezone.get_fixed_timezone(0)).strftime(
+        "%Y-%m-%d %H:%M UTC"
+    )
     assert f"Due: {due_at}" in body
     link = re.search(r"http://testserver(/l/[^/\s]+/)", body).group(1)
     sent = Message.objects.get(escalation=escalation)
@@ -159,7 +163,9 @@ def test_a_failed_chat_send_is_logged_and_retried(routed, chat, settings):
     assert (message.status, message.attempts) == ("pending", 1)
     assert "500" in message.last_error
     assert message.next_attempt_at > timezone.now()
-    Message.objects.filter(pk=message.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    Message.objects.filter(pk=message.pk).update(
+        next_attempt_at=timezone.now() - timedelta(seconds=1)
+    )
     assert committed(messages.send, message.pk) == "sent"
     message.refresh_from_db()
     assert message.attempts == 2 and [t["ok"] for t in message.log] == [False, True]

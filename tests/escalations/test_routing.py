@@ -78,13 +78,23 @@ def test_due_time_by_urgency_or_the_default(desk, people):
 def test_a_bad_urgency_is_a_422_naming_it(desk):
     desk.planner.post(
         "task.started",
-        {"run": "tier-discounts", "task": "plan", "agent": "planner", "attempt": {"prompt_hash": "p1", "context_hash": "c1"}},
+        {
+            "run": "tier-discounts",
+            "task": "plan",
+            "agent": "planner",
+            "attempt": {"prompt_hash": "p1", "context_hash": "c1"},
+        },
     )
     from tests.escalations.desk import packet
 
     response = desk.planner.post(
         "packet.submitted",
-        {"run": "tier-discounts", "task": "plan", "agent": "planner", "packet": packet(urgency="urgent!")},
+        {
+            "run": "tier-discounts",
+            "task": "plan",
+            "agent": "planner",
+            "packet": packet(urgency="urgent!"),
+        },
     )
     assert response.status_code == 422
     assert response.json()["errors"] == [
@@ -112,7 +122,11 @@ def test_a_reviewer_hands_an_escalation_off_with_a_note(desk, people):
 @pytest.mark.parametrize(
     ("to", "note", "expected"),
     [
-        ("mallory", "over to you", [{"loc": "to", "msg": "'mallory' is not a reviewer of fleet acme"}]),
+        (
+            "mallory",
+            "over to you",
+            [{"loc": "to", "msg": "'mallory' is not a reviewer of fleet acme"}],
+        ),
         ("bob", "  ", [{"loc": "note", "msg": "is required: say why you hand it off"}]),
         ("alice", "again", [{"loc": "to", "msg": "alice has it already"}]),
     ],

@@ -118,9 +118,3 @@ def test_the_sweep_never_makes_a_step_twice(minutes: list[int]) -> None:
     assert len(made) == len(set(made))
     tiers = [t for k, t in made if k == "tier"]
     assert tiers == sorted(tiers)
-
-
-def test_percentiles_are_nearest_rank() -> None:
-    assert routing.percentile([], 0.5) is None
-    assert routing.percentile([3.0, 1.0, 2.0], 0.5) == 2.0
-    assert routing.percentile([float(i) for i in range(1, 11)], 0.9) == 9.0
