@@ -131,8 +131,10 @@ def compose(escalation: Escalation, reason: str, now: datetime) -> tuple[str, st
 
 def channels_of(user: Any) -> list[tuple[Channel | None, str, str]]:
     """A reviewer's channels; with none, the email address of their account."""
-    found = [(c, c.kind, c.target) for c in Channel.objects.filter(user=user).order_by("id")]
-    if not found and getattr(user, "email", ""):
+    found: list[tuple[Channel | None, str, str]] = [
+        (c, c.kind, c.target) for c in Channel.objects.filter(user=user).order_by("id")
+    ]
+    if not found and str(getattr(user, "email", "") or ""):
         return [(None, Channel.Kind.EMAIL, user.email)]
     return found
 

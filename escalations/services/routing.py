@@ -495,9 +495,10 @@ def due_set(
         raise Refusal([error("urgency", f"{urgency[:50]!r} is not one of low, normal, high")])
     if minutes < 0 or minutes > 60 * 24 * 365:
         raise Refusal([error("minutes", "must be between 1 and 525600 (0 removes the due time)")])
-    match = {"fleet": fleet, "failure_kind": failure_kind, "urgency": urgency}
     if minutes == 0:
-        DueRule.objects.filter(**match).delete()
+        DueRule.objects.filter(fleet=fleet, failure_kind=failure_kind, urgency=urgency).delete()
         return None
-    rule, _ = DueRule.objects.update_or_create(**match, defaults={"minutes": minutes})
+    rule, _ = DueRule.objects.update_or_create(
+        fleet=fleet, failure_kind=failure_kind, urgency=urgency, defaults={"minutes": minutes}
+    )
     return rule

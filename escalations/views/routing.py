@@ -53,6 +53,7 @@ def hand_off(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
 
 
 def notifications_context(request: HtmxHttpRequest, error: str = "") -> dict[str, Any]:
+    user: Any = request.user
     managed = list(Fleet.objects.filter(pk__in=managed_fleet_ids(request.user)).order_by("name"))
     fleets = []
     for fleet in managed:
@@ -80,12 +81,12 @@ def notifications_context(request: HtmxHttpRequest, error: str = "") -> dict[str
             }
         )
     return {
-        "away": routing.is_away(request.user),
+        "away": routing.is_away(user),
         "channels": [
             {"id": c.pk, "kind": c.kind, "target": messages.shown_target(c.kind, c.target)}
-            for c in Channel.objects.filter(user=request.user).order_by("id")
+            for c in Channel.objects.filter(user=user).order_by("id")
         ],
-        "fallback_email": request.user.email,
+        "fallback_email": user.email,
         "fleets": fleets,
         "error": error,
     }
