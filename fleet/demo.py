@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from escalations.models import Escalation, RoutingRule
-from escalations.services import messages, routing
 from escalations.selectors.radius import radii_for
+from escalations.services import messages, routing
 from fleet import services
 from fleet.celery import app as celery_app
 from fleet.models import Fleet, Membership
