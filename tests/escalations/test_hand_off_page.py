@@ -113,3 +113,16 @@ def test_nobody_removes_another_persons_channel(routed, browser):
     response = browser.post("/notifications/", {"action": "remove", "channel": str(bobs.pk)})
     assert response.status_code == 403
     assert Channel.objects.filter(pk=bobs.pk).exists()
+
+
+def test_the_deliveries_page_lists_the_messages_sent(routed, browser, alice):
+    alice.email = "alice@example.com"
+    alice.save()
+    routed.run("two")
+    escalation = routed.escalate(run="two")
+    page = browser.get("/deliveries/").content.decode()
+    assert "Emails and chat messages about escalations" in page
+    assert (
+        f'href="/escalations/{escalation.pk}/"' in page
+        and "email: <code>alice@example.com</code>" in page
+    )
