@@ -126,3 +126,13 @@ def test_the_deliveries_page_lists_the_messages_sent(routed, browser, alice):
         f'href="/escalations/{escalation.pk}/"' in page
         and "email: <code>alice@example.com</code>" in page
     )
+
+
+def test_a_manager_hands_an_escalation_that_reached_them_to_a_reviewer(routed, client):
+    manny = member("manny", routed.fleet, role="manager")
+    escalation = routed.escalate()
+    client.force_login(manny)
+    assert "Hand it to" in client.get(f"/escalations/{escalation.pk}/").content.decode()
+    client.post(f"/escalations/{escalation.pk}/hand-off/", {"to": "bob", "note": "Bob, please"})
+    escalation.refresh_from_db()
+    assert escalation.assignee.get_username() == "bob"

@@ -201,3 +201,19 @@ def test_the_packet_page_shows_the_messages_sent(routed, alice, chat):
 def test_a_bad_channel_is_refused_saying_why(fleet, kind, target, expected):
     with pytest.raises(Refusal, match=expected):
         messages.channel_add(fleet=fleet, kind=kind, target=target)
+
+
+def test_the_reconciler_sends_a_message_whose_send_was_lost(routed, chat, settings):
+    settings.RECONCILE_GRACE_SECONDS = 0
+    chat.script = [503]
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+    escalation = routed.escalate()
+    lost = Message.objects.get(escalation=escalation, kind="chat")
+    assert lost.status == "pending"  # its retry's message never came (say the broker lost it)
+    Message.objects.filter(pk=lost.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    from fleet.tasks import reconcile
+
+    counts = committed(reconcile)
+    assert counts["messages"] == 1
+    lost.refresh_from_db()
+    assert (lost.status, lost.attempts) == ("sent", 2)
