@@ -93,13 +93,14 @@ def reaching_reviewers(fleet: Fleet) -> None:
 
 def emails_go() -> str:
     """Where the demo's emails go, as the configured mailer sends them."""
-    mailer = settings.MAILERS["default"]
-    options = mailer.get("OPTIONS", {})
-    if mailer["BACKEND"].endswith("filebased.EmailBackend"):
+    mailer: dict[str, Any] = settings.MAILERS["default"]
+    options: dict[str, Any] = mailer.get("OPTIONS", {})
+    backend = str(mailer.get("BACKEND", ""))
+    if backend.endswith("filebased.EmailBackend"):
         return f"written as files to {options['file_path']}/"
-    if mailer["BACKEND"].endswith("smtp.EmailBackend"):
+    if backend.endswith("smtp.EmailBackend"):
         return f"sent by SMTP to {options['host']}:{options['port']}"
-    return f"handed to {mailer['BACKEND']}"
+    return f"handed to {backend}"
 
 
 def load() -> dict[str, Any]:
