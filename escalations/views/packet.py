@@ -181,6 +181,7 @@ def assignment_context(
         "hand_off_to": list(
             Membership.objects.filter(fleet_id=escalation.fleet_id, role=Membership.Role.REVIEWER)
             .exclude(user_id=escalation.assignee_id or 0)
+            .exclude(user_id=request.user.pk or 0)  # to someone else: one's own is a claim
             .order_by("user__username")
             .values_list("user__username", flat=True)
         )
