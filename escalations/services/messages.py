@@ -84,7 +84,8 @@ def shown_target(channel_kind: str, target: str) -> str:
     if channel_kind != Channel.Kind.CHAT:
         return target
     plugin = apprise.Apprise.instantiate(target)
-    return plugin.url(privacy=True) if plugin is not None else target[:20] + "…"
+    # Its private form, without the options Apprise spells out (?image=yes&footer=yes&…).
+    return plugin.url(privacy=True).split("?")[0] if plugin is not None else target[:20] + "…"
 
 
 # Writing messages.

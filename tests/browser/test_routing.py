@@ -67,3 +67,38 @@ def test_queue_filters_and_a_hand_off(desk, alice, screens):
     expect()(page.get_by_role("heading", name="Assigned to bob")).to_be_visible()
     screen.shot("h15a-packet-assignment-phone")
     assert screen.problems == []
+
+
+def test_a_reviewer_marks_themself_away_and_a_manager_adds_the_fleets_chat(desk, alice, screens):
+    from escalations.models import Channel
+
+    member("manny", desk.fleet, role="manager")
+    pool(desk.fleet, "planners", "alice")
+    route(desk.fleet, "planners")
+    due(desk.fleet, 60, urgency="high")
+    screen = screens()
+    page = screen.page
+    screen.sign_in("alice", PASSWORD)
+    page.get_by_role("link", name="Notifications").click()
+    page.get_by_role("button", name="Mark me away").click()
+    expect()(page.get_by_role("heading", name="You are away")).to_be_visible()
+    page.get_by_label("Kind").select_option("chat")
+    page.get_by_label("Address or URL").fill("not a url")
+    page.get_by_role("button", name="Add channel").click()
+    expect()(page.get_by_role("alert")).to_contain_text("is not a chat URL Apprise knows")
+    screen.shot("h15a-notifications-refused-desktop")
+
+    manager = screens()
+    manager.sign_in("manny", PASSWORD)
+    manager.page.goto("/notifications/")
+    fleet_section = manager.page.get_by_role("region", name="Fleet acme (you manage it)")
+    fleet_section.get_by_label("Kind").select_option("chat")
+    fleet_section.get_by_label("Address or URL").fill("slack://T1/B2/s3cr3t/#escalations")
+    fleet_section.get_by_role("button", name="Add channel to acme").click()
+    expect()(fleet_section).to_contain_text("slack://")
+    expect()(fleet_section).not_to_contain_text("s3cr3t")
+    assert Channel.objects.get(fleet=desk.fleet).target == "slack://T1/B2/s3cr3t/#escalations"
+    manager.shot("h15a-notifications-manager-desktop")
+    manager.page.set_viewport_size({"width": 390, "height": 844})
+    manager.shot("h15a-notifications-manager-phone")
+    assert screen.problems == [] and manager.problems == []
