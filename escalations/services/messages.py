@@ -101,6 +101,7 @@ def compose(escalation: Escalation, reason: str, now: datetime) -> tuple[str, st
         "opened": "New escalation",
         "assigned": "Assigned to you",
         "handed-off": "Handed to you",
+        "question": "The agent's question is in",
         "reminder": "Reminder: half its time is gone",
         "tier": "Overdue: moved to you",
     }.get(reason, "Escalation")

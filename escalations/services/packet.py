@@ -103,7 +103,7 @@ def packet_submit(
     else:
         escalation.packet = stored  # the packet it had (if any) stays in the task's history
         escalation.save(update_fields=["packet"])
-        routing.packet_changed(escalation)
+        routing.packet_changed(escalation, question_in=action == "filled", at=at)
     task_state.escalated(row)
     if action in ("opened", "reopened"):
         notify_opened(escalation, checked, reopened=action == "reopened")

@@ -170,20 +170,23 @@ def routing_note(rule: RoutingRule, facts: routing.About, assignee: Any) -> str:
     return f"Routed to pool {rule.pool.name} ({why}); assigned to {who}."
 
 
-def packet_changed(escalation: Escalation) -> None:
-    """A packet filled or replaced: its urgency may set an earlier due time, until a step is made."""
+def packet_changed(escalation: Escalation, *, question_in: bool, at: datetime) -> None:
+    """A packet filled or replaced: its urgency may set another due time, until a step is
+    made; the question that fills Bulkhead's draft is announced, with it this time."""
     urgency = urgency_of(escalation.packet.content if escalation.packet else None)
-    if urgency == escalation.urgency or escalation.steps.exists():
-        return
-    escalation.urgency = urgency
-    escalation.due_at = due_at_for(
-        escalation.fleet_id,
-        failure_kind=escalation.failure_kind,
-        urgency=urgency,
-        opened_at=escalation.opened_at,
-    )
-    escalation.next_step_at = next_step_at(escalation)
-    escalation.save(update_fields=["urgency", "due_at", "next_step_at"])
+    if urgency != escalation.urgency and not escalation.steps.exists():
+        escalation.urgency = urgency
+        escalation.due_at = due_at_for(
+            escalation.fleet_id,
+            failure_kind=escalation.failure_kind,
+            urgency=urgency,
+            opened_at=escalation.opened_at,
+        )
+        escalation.next_step_at = next_step_at(escalation, at)
+        escalation.save(update_fields=["urgency", "due_at", "next_step_at"])
+    if question_in:
+        users = [escalation.assignee] if escalation.assignee else []
+        messages.queue_messages(escalation, "question", users=users, fleet_channels=True, at=at)
 
 
 def can_hand_off(user: Any, fleet_id: int) -> bool:

@@ -217,3 +217,19 @@ def test_the_reconciler_sends_a_message_whose_send_was_lost(routed, chat, settin
     assert counts["messages"] == 1
     lost.refresh_from_db()
     assert (lost.status, lost.attempts) == ("sent", 2)
+
+
+def test_the_question_that_fills_a_draft_is_announced_with_it(routed, chat, alice, tmp_path):
+    """The retry policy escalated with Bulkhead's draft (no question yet); the agent's question
+    comes later and is announced then."""
+    from tests.escalations.drafting import escalated_by_the_policy, orders_database, submit
+
+    orders_database(routed.fleet, tmp_path)
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+    escalated_by_the_policy(routed)
+    assert "the agent's question is not in yet" in chat.messages()[0]
+    filled = submit(routed, {"smallest_unblocking_question": QUESTION})
+    assert filled.status_code == 202, filled.content
+    assert filled.json()["packet"] == "filled"
+    assert chat.received[-1]["title"].startswith("[Bulkhead] The agent's question is in")
+    assert QUESTION in chat.messages()[-1]
