@@ -210,3 +210,25 @@ def test_overdue_at_the_last_tier_goes_to_the_managers_and_stays_overdue(desk, p
     packet = client.get(f"/escalations/{escalation.pk}/").content.decode()
     assert "Assigned to the fleet's managers" in packet
     assert "overdue: tier 2" in packet and "reminder (tier 1)" in packet
+
+
+def test_the_api_says_whom_it_is_assigned_to_and_by_when(desk, people, client):
+    from fleet.models import ApiToken
+
+    token = ApiToken.issue(desk.planner.agent)[1]
+    pool(desk.fleet, "planners", "bob")
+    route(desk.fleet, "planners")
+    due(desk.fleet, 45)
+    escalation = desk.escalate()
+    body = client.get(
+        f"/api/v1/escalations/{escalation.pk}", HTTP_AUTHORIZATION=f"Bearer {token}"
+    ).json()
+    assert (body["assigned_to"], body["tier"], body["overdue"]) == ("bob", 1, False)
+    from datetime import datetime
+
+    assert abs(datetime.fromisoformat(body["due_at"]) - escalation.due_at) < timedelta(seconds=1)
+    with story_clock(escalation.due_at):
+        later = client.get(
+            f"/api/v1/escalations/{escalation.pk}", HTTP_AUTHORIZATION=f"Bearer {token}"
+        ).json()
+    assert later["overdue"] is True
