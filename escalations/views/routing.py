@@ -7,11 +7,12 @@ from typing import Any
 from django.http import HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 
 from escalations import links
 from escalations.models import Channel, DueRule, Pool, RoutingRule
 from escalations.services import messages, routing
+from escalations.views.answer import acts_on_packet
 from escalations.views.packet import back_to_packet, escalation_for
 from escalations.views.pages import HtmxHttpRequest, login_required
 from fleet.access import managed_fleet_ids
@@ -37,7 +38,7 @@ def escalation_link(request: HtmxHttpRequest, token: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@acts_on_packet
 def hand_off(request: HtmxHttpRequest, escalation_id: int) -> HttpResponseBase:
     escalation = escalation_for(request, escalation_id)
     form = {"to": request.POST.get("to", ""), "note": request.POST.get("note", "")}

@@ -136,3 +136,9 @@ def test_a_manager_hands_an_escalation_that_reached_them_to_a_reviewer(routed, c
     client.post(f"/escalations/{escalation.pk}/hand-off/", {"to": "bob", "note": "Bob, please"})
     escalation.refresh_from_db()
     assert escalation.assignee.get_username() == "bob"
+
+
+def test_a_visit_to_the_hand_off_address_goes_to_the_packet(routed, browser):
+    escalation = routed.escalate()
+    response = browser.get(f"/escalations/{escalation.pk}/hand-off/")
+    assert response.status_code == 302 and response["Location"] == f"/escalations/{escalation.pk}/"
