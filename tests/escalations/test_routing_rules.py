@@ -118,3 +118,19 @@ def test_the_sweep_never_makes_a_step_twice(minutes: list[int]) -> None:
     assert len(made) == len(set(made))
     tiers = [t for k, t in made if k == "tier"]
     assert tiers == sorted(tiers)
+
+
+@given(
+    st.integers(min_value=1, max_value=3),
+    st.integers(min_value=1, max_value=3),
+    st.frozensets(st.tuples(st.sampled_from(["reminder", "tier"]), st.integers(1, 3))),
+    st.integers(min_value=0, max_value=600),
+)
+def test_the_sweep_looks_again_no_later_than_the_next_due_step(tier, extra, done, minute) -> None:
+    """When a step is due, the time the sweep looks again (next_step_at) has come."""
+    state = timing(tier=tier, last_tier=tier + extra - 1, done=done)
+    now = T0 + timedelta(minutes=minute)
+    step = routing.next_step(state, now)
+    after = routing.when_next(state, now)
+    if step is not None:
+        assert after is not None and after <= now
