@@ -11,8 +11,10 @@ class EscalationsConfig(AppConfig):
 
     def ready(self) -> None:
         # They import models: only once these are loaded.
+        from escalations.services.messages import reenqueue as resend
         from escalations.services.packet import open_for_decision
         from escalations.services.packet_checks import reenqueue
 
         escalation_needed.connect(open_for_decision, dispatch_uid="escalations.open_for_decision")
         reconciling.connect(reenqueue, dispatch_uid="escalations.packet_checks")
+        reconciling.connect(resend, dispatch_uid="escalations.messages")

@@ -72,7 +72,17 @@ __all__ = [
 PACKET_MAX_BYTES = 64 * 1024
 QUESTION_MAX_CHARS = 500
 
-FIELDS = ("task", "tried", "ruled_out", "evidence", "smallest_unblocking_question", "options")
+FIELDS = (
+    "task",
+    "tried",
+    "ruled_out",
+    "evidence",
+    "smallest_unblocking_question",
+    "options",
+    "urgency",
+)
+OPTIONAL_FIELDS = ("options", "urgency")
+URGENCIES = ("low", "normal", "high")
 TRANSCRIPT_FIELDS = frozenset(
     {
         "transcript",
@@ -109,6 +119,7 @@ class Packet:
     evidence: tuple[Mapping[str, Any], ...]
     smallest_unblocking_question: str
     options: tuple[str, ...] = field(default=())
+    urgency: str = ""  # low, normal or high: how soon the fleet's due times want an answer
 
     def as_json(self) -> dict[str, Any]:
         """The packet as it is stored and shown: the shape the agent sent, text trimmed."""
@@ -121,6 +132,8 @@ class Packet:
         }
         if self.options:
             content["options"] = list(self.options)
+        if self.urgency:
+            content["urgency"] = self.urgency
         return content
 
 
@@ -157,6 +170,7 @@ def validate_packet(raw: object, *, loc: str = "packet") -> Packet | list[Packet
     evidence = evidence_list(raw, f"{loc}.evidence", errors)
     question = _question(raw, f"{loc}.smallest_unblocking_question", errors)
     options = _options(raw, f"{loc}.options", errors)
+    urgency = _urgency(raw, f"{loc}.urgency", errors)
     if errors:
         return errors
     assert task is not None and tried is not None and ruled_out is not None
@@ -168,7 +182,21 @@ def validate_packet(raw: object, *, loc: str = "packet") -> Packet | list[Packet
         evidence=evidence,
         smallest_unblocking_question=question,
         options=options,
+        urgency=urgency,
     )
+
+
+def _urgency(raw: Mapping[Any, Any], where: str, errors: list[PacketError]) -> str:
+    if "urgency" not in raw:
+        return ""
+    value = raw["urgency"]
+    if isinstance(value, str) and value in URGENCIES:
+        return value
+    shown = f"'{printable(value[:50])}'" if isinstance(value, str) else json_kind(value)
+    errors.append(
+        PacketError(where, f"is {shown}; urgency is one of low, normal or high (or leave it out)")
+    )
+    return ""
 
 
 def _unknown_fields(raw: Mapping[Any, Any], loc: str) -> list[PacketError]:
@@ -321,4 +349,5 @@ def _options(
 
 
 def _fields() -> str:
-    return ", ".join(FIELDS[:-1]) + " and (optionally) " + FIELDS[-1]
+    required = [name for name in FIELDS if name not in OPTIONAL_FIELDS]
+    return ", ".join(required) + " and (optionally) " + " and ".join(OPTIONAL_FIELDS)

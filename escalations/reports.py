@@ -99,3 +99,40 @@ def run_summary(
         "minutes": round(radius["minutes"], 1),
         "tasks": len({t for r in radii.values() for t in r["tasks"]}),
     }
+
+
+@dataclass(frozen=True)
+class TimelinessFact:
+    """One escalation, as the timeliness report counts it."""
+
+    fleet: str
+    reviewer: str  # who answered it, else whom it is assigned to; "" for nobody
+    first_look: float | None  # minutes
+    answer: float | None  # minutes
+    reminders: int
+    past_tier_1: bool
+    overdue_now: bool
+    released: int | None  # tasks its answer released; None while unanswered
+
+
+def timeliness(facts: Iterable[TimelinessFact], key: str) -> list[dict[str, Any]]:
+    """Per fleet (`key="fleet"`) or per reviewer (`key="reviewer"`): time to first look and to
+    answer (median, p90), reminders sent, escalated past tier 1, overdue now, and answers that
+    released more than one task."""
+    groups: dict[str, list[TimelinessFact]] = {}
+    for fact in facts:
+        groups.setdefault(getattr(fact, key), []).append(fact)
+    return [
+        {
+            "name": name,
+            "escalations": len(group),
+            "first_look": stats(f.first_look for f in group),
+            "answer": stats(f.answer for f in group),
+            "reminders": sum(f.reminders for f in group),
+            "past_tier_1": sum(1 for f in group if f.past_tier_1),
+            "overdue_now": sum(1 for f in group if f.overdue_now),
+            "answers": sum(1 for f in group if f.released is not None),
+            "released_many": sum(1 for f in group if (f.released or 0) > 1),
+        }
+        for name, group in sorted(groups.items())
+    ]

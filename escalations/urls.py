@@ -10,6 +10,7 @@ from escalations.views import (
     packet,
     queue,
     reports,
+    routing,
     runs,
     sign_in,
     what_if,
@@ -75,4 +76,7 @@ urlpatterns = [
         name="unnamed-roles-stop",
     ),
     path("deliveries/", deliveries.deliveries, name="deliveries"),
+    path("l/<str:token>/", routing.escalation_link, name="escalation-link"),
+    path("escalations/<int:escalation_id>/hand-off/", routing.hand_off, name="hand-off"),
+    path("notifications/", routing.notifications, name="notifications"),
 ]

@@ -4,12 +4,14 @@ import io
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Escalation
+from escalations.models import Escalation, RoutingRule
 from escalations.selectors.radius import radii_for
+from escalations.services import messages, routing
 from fleet import services
 from fleet.celery import app as celery_app
 from fleet.models import Fleet, Membership
@@ -61,6 +63,7 @@ def fleet_and_people() -> Fleet:
     services.source_add(
         fleet=fleet, kind="workspace", name="pricing", value=str(demo_dir / "pricing")
     )
+    reaching_reviewers(fleet)
     halted_consumer.build_repository(demo_dir / "orders-repo")
     services.source_add(
         fleet=fleet,
@@ -69,6 +72,35 @@ def fleet_and_people() -> Fleet:
         value=str(demo_dir / "orders-repo"),
     )
     return fleet
+
+
+def reaching_reviewers(fleet: Fleet) -> None:
+    """The demo's escalations go to the reviewers' pool, are due in 4 hours (2 for a reasoning
+    failure, 30 minutes for a packet marked urgent), and are announced by email (files under
+    var/mail/ in the embedded default)."""
+    reviewer = get_user_model().objects.get(username="reviewer")
+    if not reviewer.email:
+        reviewer.email = "reviewer@demo.invalid"
+        reviewer.save(update_fields=["email"])
+    routing.pool_set(fleet=fleet, name="reviewers", usernames=["reviewer"])
+    if not RoutingRule.objects.filter(fleet=fleet).exists():
+        routing.route_add(fleet=fleet, pool="reviewers")
+    routing.due_set(fleet=fleet, minutes=240)
+    routing.due_set(fleet=fleet, minutes=120, failure_kind="reasoning")
+    routing.due_set(fleet=fleet, minutes=30, urgency="high")
+    messages.channel_add(fleet=fleet, kind="email", target="escalations@demo.invalid")
+
+
+def emails_go() -> str:
+    """Where the demo's emails go, as the configured mailer sends them."""
+    mailer: dict[str, Any] = settings.MAILERS["default"]
+    options: dict[str, Any] = mailer.get("OPTIONS", {})
+    backend = str(mailer.get("BACKEND", ""))
+    if backend.endswith("filebased.EmailBackend"):
+        return f"written as files to {options['file_path']}/"
+    if backend.endswith("smtp.EmailBackend"):
+        return f"sent by SMTP to {options['host']}:{options['port']}"
+    return f"handed to {backend}"
 
 
 def load() -> dict[str, Any]:
@@ -97,6 +129,7 @@ def load() -> dict[str, Any]:
     # What each place shows now, as the app computes it (a second `make run` says what changed).
     return {
         "fleet": fleet.name,
+        "emails": emails_go(),
         "runs": sorted(runs),
         "played": played,
         "look_at": {
@@ -129,10 +162,12 @@ PAST_RUN, PAST_CLAIM = "tier-discounts", "plan.customer-tier"  # the seed's inve
 
 def waiting_now(fleet: Fleet) -> str:
     waiting = Escalation.objects.filter(fleet=fleet, status__in=Escalation.OPEN_STATES)
-    first = waiting.select_related("task").order_by("opened_at").first()
+    first = waiting.select_related("task", "assignee").order_by("opened_at").first()
     if first is None:
         return "nothing waits: every escalation is answered"
-    return f"{waiting.count()} waiting; the oldest from {first.task.key}"
+    who = f", assigned to {first.assignee.get_username()}" if first.assignee else ""
+    due = f", due {first.due_at:%H:%M} UTC" if first.due_at else ""
+    return f"{waiting.count()} waiting; the oldest from {first.task.key}{who}{due}"
 
 
 def radius_now(fleet: Fleet, run_key: str, claim: str) -> str:

@@ -247,10 +247,46 @@ DELIVERY_TIMEOUT_SECONDS = envint("DELIVERY_TIMEOUT_SECONDS", "10")
 DELIVERY_LEASE_SECONDS = envint("DELIVERY_LEASE_SECONDS", "0")
 # Work younger than this is presumed in flight, not lost.
 RECONCILE_GRACE_SECONDS = envint("RECONCILE_GRACE_SECONDS", "30")
+# Reminders at half time and the next tier when overdue; each step is recorded once.
+ESCALATION_SWEEP_SECONDS = envint("ESCALATION_SWEEP_SECONDS", "60")
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "fleet.tasks.reconcile", "schedule": float(RECONCILE_EVERY_SECONDS)},
+    "escalation-sweep": {
+        "task": "escalations.tasks.sweep_due",
+        "schedule": float(ESCALATION_SWEEP_SECONDS),
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# Email about escalations: SMTP when EMAIL_HOST is set (or in production), else files under
+# var/mail/ (the embedded default: `make run` prints where).
+EMAIL_DIR = VAR_DIR / "mail"
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "bulkhead@localhost")
+if os.environ.get("EMAIL_HOST") or PRODUCTION:
+    MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "OPTIONS": {
+                "host": os.environ.get("EMAIL_HOST", "localhost"),
+                "port": envint("EMAIL_PORT", "25"),
+                "username": os.environ.get("EMAIL_HOST_USER", ""),
+                "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+                "use_tls": envbool("EMAIL_USE_TLS"),
+                "use_ssl": envbool("EMAIL_USE_SSL"),
+                "timeout": envint("EMAIL_TIMEOUT", "10"),
+            },
+        }
+    }
+else:
+    MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+            "OPTIONS": {"file_path": str(EMAIL_DIR)},
+        }
+    }
+# How long a link in a message about an escalation opens its packet page (after sign-in).
+ESCALATION_LINK_MAX_AGE_SECONDS = envint("ESCALATION_LINK_MAX_AGE_SECONDS", str(7 * 24 * 3600))
+ESCALATION_MESSAGE_MAX_ATTEMPTS = envint("ESCALATION_MESSAGE_MAX_ATTEMPTS", "8")
 
 LOGGING = {
     "version": 1,

@@ -4,11 +4,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from escalations.models import Answer, Escalation, FailurePacket
+from escalations.models import Answer, Assignment, Escalation, EscalationStep, FailurePacket
 from escalations.packet_draft import missing_fields
 from escalations.selectors.attempts import claims_of_task, recorded_attempts
 from escalations.selectors.evidence import evidence_rows
 from escalations.selectors.radius import radii_for
+from escalations.services.messages import shown_target
 from fleet.models import Agent, Delivery
 from runs import frontier, scheduler
 from runs.models import Artifact, Claim, Decision, Evidence, Run, Task
@@ -157,6 +158,7 @@ def history_of(escalation: Escalation) -> list[dict[str, Any]]:
         ),
         *escalation_history(task),
         *delivery_history(escalation),
+        *assignment_history(escalation),
     ]
     return sorted(items, key=lambda item: item["at"])
 
@@ -221,3 +223,33 @@ def delivery_history(escalation: Escalation) -> list[dict[str, Any]]:
             payload__data__task=escalation.task.key,
         ).order_by("created_at", "id")[:50]
     ]
+
+
+def assignment_history(escalation: Escalation) -> list[dict[str, Any]]:
+    """Who it was assigned to and why (routed, handed off, moved up a tier), the reminders and
+    the messages sent about it (email and chat, with how each try went)."""
+    items: list[dict[str, Any]] = []
+    for a in escalation.assignments.select_related("to_user", "by_user", "pool"):
+        who = a.to_user.get_username() if a.to_user else "nobody"
+        if a.kind == Assignment.Kind.HANDED_OFF:
+            by = a.by_user.get_username() if a.by_user else "someone"
+            items.append({"at": a.at, "what": f"handed off to {who} by {by}", "detail": a.note})
+        elif a.kind == Assignment.Kind.TIER:
+            items.append({"at": a.at, "what": f"overdue: tier {a.tier}", "detail": a.note})
+        else:
+            items.append({"at": a.at, "what": f"assigned to {who}", "detail": a.note})
+    for step in escalation.steps.filter(kind=EscalationStep.Kind.REMINDER):
+        items.append(
+            {
+                "at": step.done_at,
+                "what": f"reminder (tier {step.tier})",
+                "detail": "half its time is gone",
+            }
+        )
+    for m in escalation.messages.order_by("id")[:50]:
+        tries = f"{m.attempts} tr{'y' if m.attempts == 1 else 'ies'}"
+        detail = f"{m.reason} to {shown_target(m.kind, m.target)}: {m.status} after {tries}"
+        if m.last_error:
+            detail += f" — {m.last_error}"
+        items.append({"at": m.created_at, "what": f"{m.kind} message", "detail": detail})
+    return items

@@ -8,11 +8,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
-from escalations.models import Escalation
+from escalations.models import Escalation, PoolMember
+from escalations.routing import overdue
 from fleet.access import member_fleets
-from fleet.models import Agent, Capability, Fleet
+from fleet.models import Agent, Capability, Fleet, Membership
 
 PAGE_SIZE = 50
 COUNT_CAP = 1000  # "1,000+ waiting": counting past it costs more than it tells a reviewer
@@ -26,6 +27,12 @@ QUEUE_STATUSES = {
     "all": "All",
 }
 SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
+ASSIGNED = {
+    "": "Anyone's",
+    "mine": "Mine",
+    "pools": "My pools",
+    "unassigned": "Unassigned",
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class QueueQuery:
     agent: str = ""
     capability: str = ""
     sort: str = "oldest"
+    assigned: str = ""
     after: Cursor | None = None
     before: Cursor | None = None
 
@@ -68,6 +76,7 @@ class QueueQuery:
         """Unknown values fall back to the defaults: a stale link still opens the queue."""
         status = params.get("status", "waiting")
         sort = params.get("sort", "oldest")
+        assigned = params.get("assigned", "")
         after = Cursor.parse(params.get("after", ""))
         return cls(
             status=status if status in QUEUE_STATUSES else "waiting",
@@ -75,6 +84,7 @@ class QueueQuery:
             agent=params.get("agent", "").strip()[:100],
             capability=params.get("capability", "").strip()[:100],
             sort=sort if sort in SORTS else "oldest",
+            assigned=assigned if assigned in ASSIGNED else "",
             after=after,
             before=None if after else Cursor.parse(params.get("before", "")),
         )
@@ -88,6 +98,7 @@ class QueueQuery:
             "agent": query.agent,
             "capability": query.capability,
             "sort": "" if query.sort == "oldest" else query.sort,
+            "assigned": query.assigned,
         }
         if place:
             values["after"] = str(query.after) if query.after else ""
@@ -124,6 +135,11 @@ QUEUE_COLUMNS = (
     "fleet__name",
     "packet__smallest_unblocking_question",
     "packet__drafted",
+    "assignee__username",
+    "pool__name",
+    "tier",
+    "last_tier",
+    "due_at",
 )
 
 
@@ -132,10 +148,31 @@ def visible_escalations(user: Any) -> QuerySet[Escalation]:
     return Escalation.objects.filter(fleet__in=member_fleets(user))
 
 
+def assigned_to(user_id: int, assigned: str) -> Q:
+    """ "mine": assigned to the person; "my pools": in a pool they sit in, or at the managers'
+    tier of a fleet they manage; "unassigned": nobody has it."""
+    if assigned == "mine":
+        return Q(assignee_id=user_id)
+    if assigned == "pools":
+        managed = Membership.objects.filter(user_id=user_id, role=Membership.Role.MANAGER)
+        seats = PoolMember.objects.filter(user_id=user_id).values("pool_id")
+        return Q(pool_id__in=seats) | Q(
+            pool__isnull=True,
+            tier__gt=1,
+            tier__gte=F("last_tier"),
+            fleet_id__in=managed.values("fleet_id"),
+        )
+    if assigned == "unassigned":
+        return Q(assignee__isnull=True)
+    return Q()
+
+
 def filtered_escalations(
-    *, fleet_ids: Sequence[int], query: QueueQuery, now: datetime
+    *, fleet_ids: Sequence[int], query: QueueQuery, now: datetime, user_id: int = 0
 ) -> QuerySet[Escalation]:
     found = Escalation.objects.filter(fleet_id__in=list(fleet_ids))
+    if query.assigned:
+        found = found.filter(assigned_to(user_id, query.assigned))
     if query.status == "waiting":
         found = found.filter(status__in=Escalation.OPEN_STATES)
     elif query.status == "open":
@@ -161,10 +198,15 @@ def filtered_escalations(
 
 
 def escalation_queue(
-    *, fleet_ids: Sequence[int], query: QueueQuery, now: datetime, limit: int = PAGE_SIZE
+    *,
+    fleet_ids: Sequence[int],
+    query: QueueQuery,
+    now: datetime,
+    limit: int = PAGE_SIZE,
+    user_id: int = 0,
 ) -> QueuePage:
     """One page of the queue, oldest first by default, in two queries (rows and a capped count)."""
-    found = filtered_escalations(fleet_ids=fleet_ids, query=query, now=now)
+    found = filtered_escalations(fleet_ids=fleet_ids, query=query, now=now, user_id=user_id)
     newest = query.sort == "newest"
     cursor = query.after or query.before
     backwards = query.before is not None
@@ -218,6 +260,11 @@ def shown(row: dict[str, Any], now: datetime) -> dict[str, Any]:
     row["question"] = row["packet__smallest_unblocking_question"] or ""
     row["drafted"] = bool(row["packet__drafted"])
     row["age"] = now - row["opened_at"]
+    row["assignee"] = row["assignee__username"]
+    row["managers"] = (
+        row["assignee"] is None and row["tier"] > 1 and row["tier"] >= row["last_tier"]
+    )
+    row["overdue"] = row["status"] in Escalation.OPEN_STATES and overdue(row["due_at"], now)
     return row
 
 

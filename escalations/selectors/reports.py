@@ -4,10 +4,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from escalations import reports
-from escalations.models import Escalation
+from escalations.models import Escalation, EscalationStep
+from escalations.routing import overdue
 from escalations.selectors.radius import radii_for
 from runs.models import Artifact, Attempt, Claim, Run, Task
 
@@ -137,4 +138,36 @@ def escalation_health(
             status: sum(1 for r in rows if r["status"] == status)
             for status in Escalation.Status.values
         },
+    }
+
+
+def timeliness_report(
+    fleet_ids: Sequence[int], *, since: datetime | None, now: datetime
+) -> dict[str, list[dict[str, Any]]]:
+    """Reaching reviewers in time, per fleet and per reviewer (who answered, else the assignee)."""
+    found = Escalation.objects.filter(fleet_id__in=list(fleet_ids))
+    if since is not None:
+        found = found.filter(opened_at__gte=since)
+    found = found.annotate(
+        reminders=Count("steps", filter=Q(steps__kind=EscalationStep.Kind.REMINDER))
+    ).select_related("fleet", "assignee", "answer", "answer__reviewer")
+    facts = []
+    for e in found.order_by("opened_at", "id"):
+        answer = getattr(e, "answer", None)
+        who = answer.reviewer if answer else e.assignee
+        facts.append(
+            reports.TimelinessFact(
+                fleet=e.fleet.name,
+                reviewer=who.get_username() if who else "",
+                first_look=reports.minutes_between(e.opened_at, e.first_looked_at),
+                answer=reports.minutes_between(e.opened_at, answer.answered_at if answer else None),
+                reminders=e.reminders,
+                past_tier_1=e.tier > 1,
+                overdue_now=e.status in Escalation.OPEN_STATES and overdue(e.due_at, now),
+                released=len(answer.released or []) if answer else None,
+            )
+        )
+    return {
+        "fleets": reports.timeliness(facts, "fleet"),
+        "reviewers": [r for r in reports.timeliness(facts, "reviewer") if r["name"]],
     }

@@ -9,7 +9,7 @@ from escalations.models import Escalation, FailurePacket
 from escalations.packet_draft import DRAFTED_FIELDS, missing_fields
 from escalations.packets import Packet, validate_packet
 from escalations.selectors.attempts import draft_for
-from escalations.services import packet_checks
+from escalations.services import packet_checks, routing
 from escalations.services.state import open_escalation, reopen
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
@@ -96,12 +96,14 @@ def packet_submit(
             attempt_number=Attempt.objects.filter(task=row).count(),
             at=at,
         )
+        routing.route_new(escalation, at=at)
     elif action == "reopened":
         # Its earlier packets and the return's note stay in the task's history.
         reopen(escalation, stored, at)
     else:
         escalation.packet = stored  # the packet it had (if any) stays in the task's history
         escalation.save(update_fields=["packet"])
+        routing.packet_changed(escalation, question_in=action == "filled", at=at)
     task_state.escalated(row)
     if action in ("opened", "reopened"):
         notify_opened(escalation, checked, reopened=action == "reopened")
@@ -223,6 +225,7 @@ def open_for_decision(*, decision: Decision, attempt: Attempt, **_: Any) -> Esca
             attempt_number=attempt.number,
             at=decision.created_at,
         )
+        routing.route_new(escalation, at=decision.created_at)
         notify(
             run.fleet,
             "escalation.opened",

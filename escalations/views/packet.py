@@ -9,15 +9,17 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from escalations import routing as routing_rules
 from escalations import services
 from escalations.models import Escalation
 from escalations.selectors.packet import claim_view, packet_view
 from escalations.selectors.queue import queue_row, visible_escalations
 from escalations.selectors.radius import radii_for
-from escalations.services import AlreadyActed
+from escalations.services import AlreadyActed, routing
 from escalations.views.pages import HtmxHttpRequest, login_required, poll_seconds
 from fleet.access import reviewed_fleet_ids, reviews
 from fleet.errors import Refusal
+from fleet.models import Membership
 from runs.models import Claim
 
 
@@ -25,7 +27,15 @@ def escalation_for(request: HtmxHttpRequest, escalation_id: int) -> Escalation:
     """The escalation if it belongs to one of the person's fleets; 404 otherwise."""
     return get_object_or_404(
         visible_escalations(request.user).select_related(
-            "run", "run__fleet", "task", "task__agent", "packet", "claimed_by", "fleet"
+            "run",
+            "run__fleet",
+            "task",
+            "task__agent",
+            "packet",
+            "claimed_by",
+            "fleet",
+            "assignee",
+            "pool",
         ),
         pk=escalation_id,
     )
@@ -156,6 +166,27 @@ def packet_context(request: HtmxHttpRequest, escalation: Escalation) -> dict[str
         **outcome_context(escalation),
         "fields": services.PACKET_FIELDS,
         "poll_seconds": poll_seconds(),
+        **assignment_context(request, escalation, now),
+    }
+
+
+def assignment_context(
+    request: HtmxHttpRequest, escalation: Escalation, now: Any
+) -> dict[str, Any]:
+    """Who has it, whether it is overdue, and whom the person may hand it to."""
+    can = routing.can_hand_off(request.user, escalation.fleet_id)
+    return {
+        "overdue": routing_rules.overdue(escalation.due_at, now),
+        "can_hand_off": can,
+        "hand_off_to": list(
+            Membership.objects.filter(fleet_id=escalation.fleet_id, role=Membership.Role.REVIEWER)
+            .exclude(user_id=escalation.assignee_id or 0)
+            .exclude(user_id=request.user.pk or 0)  # to someone else: one's own is a claim
+            .order_by("user__username")
+            .values_list("user__username", flat=True)
+        )
+        if can
+        else [],
     }
 
 

@@ -26,7 +26,11 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
     query = queue_selectors.QueueQuery.from_params(request.GET)
     now = timezone.now()
     page = queue_selectors.escalation_queue(
-        fleet_ids=fleet_ids, query=query, now=now, limit=queue_selectors.PAGE_SIZE
+        fleet_ids=fleet_ids,
+        query=query,
+        now=now,
+        limit=queue_selectors.PAGE_SIZE,
+        user_id=request.user.pk or 0,
     )
     base = reverse("queue")
 
@@ -38,6 +42,7 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
         "query": query,
         "statuses": queue_selectors.QUEUE_STATUSES,
         "sorts": queue_selectors.SORTS,
+        "assigned": queue_selectors.ASSIGNED,
         "sort_label": queue_selectors.SORTS[query.sort],
         "poll_seconds": poll_seconds(),
         "reviewed": reviewed_fleet_ids(request.user),

@@ -11,7 +11,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from escalations.selectors.radius import handoffs_for_fleet
-from escalations.selectors.reports import escalation_health, report_runs, retry_rows
+from escalations.selectors.reports import (
+    escalation_health,
+    report_runs,
+    retry_rows,
+    timeliness_report,
+)
 from escalations.views.pages import HtmxHttpRequest, login_required
 from fleet.access import managed_fleet_ids
 from fleet.models import Fleet
@@ -57,6 +62,7 @@ def report_data(request: HtmxHttpRequest) -> dict[str, Any]:
         "handoffs": handoffs_for_fleet(ids, since=scope["since"], now=now) if ids else [],
         "health": escalation_health(ids, since=scope["since"], runs=runs),
         "retries": retry_rows(ids, since=scope["since"]),
+        "timeliness": timeliness_report(ids, since=scope["since"], now=now),
         "chart": {
             "labels": [f"{r['run'].key} ({r['run'].started_at:%Y-%m-%d})" for r in runs],
             "minutes": [r["minutes"] for r in runs],

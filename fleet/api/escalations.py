@@ -3,10 +3,12 @@
 from typing import Any
 
 from django.http import HttpRequest
+from django.utils import timezone
 from ninja import Router
 from ninja.errors import HttpError
 
 from escalations.models import Escalation
+from escalations.routing import overdue
 from escalations.selectors.runs import escalation_rows, missing_and_note
 from fleet.api.access import fleet_ids
 from fleet.api.runs import get_run
@@ -23,7 +25,7 @@ router = Router(tags=["escalations"])
 def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any]:
     escalation = (
         Escalation.objects.filter(pk=escalation_id, fleet_id__in=fleet_ids(request))
-        .select_related("run", "task", "packet", "claimed_by")
+        .select_related("run", "task", "packet", "claimed_by", "assignee")
         .first()
     )
     if escalation is None:
@@ -48,6 +50,11 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
             for c in (packet.checks if packet and not packet.checks_pending else [])
         ],
         "claimed_by": escalation.claimed_by.get_username() if escalation.claimed_by else None,
+        "assigned_to": escalation.assignee.get_username() if escalation.assignee else None,
+        "tier": escalation.tier,
+        "due_at": escalation.due_at,
+        "overdue": escalation.status in Escalation.OPEN_STATES
+        and overdue(escalation.due_at, timezone.now()),
         "answer": {
             "text": answer.text,
             "by": answer.reviewer.get_username(),

@@ -330,6 +330,17 @@ class EscalationOut(Schema):
         description="The re-check of each evidence entry, in order (empty while pending)."
     )
     claimed_by: str | None = Field(description="The username of the reviewer who claimed it.")
+    assigned_to: str | None = Field(
+        description="The username of the reviewer it is assigned to (by the fleet's routing "
+        "rules, a hand-off or a tier); null when nobody is, e.g. once it reached the managers."
+    )
+    tier: int = Field(description="1, then 2 and so on each time it was overdue and moved up.")
+    due_at: datetime | None = Field(
+        description="When the fleet wants it answered; null: no due time."
+    )
+    overdue: bool = Field(
+        description="Still waiting past its due time (it is never answered for it)."
+    )
     answer: AnswerOut | None
     missing: list[str] = Field(
         description="What the agent still has to send in packet.submitted: the draft's missing "

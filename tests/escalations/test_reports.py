@@ -217,3 +217,55 @@ def test_the_window_leaves_out_older_runs_handoffs_too(all_green, carol):
 def test_without_a_window_the_reports_cover_all_of_history(all_green, carol):
     assert len(rows_of(signed_in(carol).get("/reports/runs.csv"))) == 1
     assert "tier-discounts" in signed_in(carol).get("/reports/").content.decode()
+
+
+def test_timeliness_per_fleet_and_per_reviewer(desk, alice, client):
+    """Reminders sent, past tier 1, overdue now, and first look and answer times, from the data."""
+    from datetime import timedelta
+
+    from escalations.services import escalation_answer, routing
+    from fleet.stories import story_clock
+    from tests.conftest import committed
+    from tests.escalations.desk import member
+    from tests.escalations.routed import due, pool, route
+
+    member("manny", desk.fleet, role="manager")
+    pool(desk.fleet, "planners", "alice")
+    route(desk.fleet, "planners")
+    due(desk.fleet, 60)
+    answered = desk.escalate()
+    desk.run("two")
+    waiting = desk.escalate(run="two")
+    opened = waiting.opened_at
+    with story_clock(answered.opened_at + timedelta(minutes=12)):
+        committed(
+            escalation_answer,
+            escalation=answered,
+            reviewer=alice,
+            text="Use the loyalty_points threshold",
+        )
+    routing.sweep(opened + timedelta(minutes=40))
+    routing.sweep(opened + timedelta(minutes=70))
+    client.login(username="manny", password="correct horse battery staple")
+    with story_clock(opened + timedelta(minutes=70)):
+        page = client.get("/reports/")
+    rows = {r["name"]: r for r in page.context["timeliness"]["fleets"]}
+    acme = rows["acme"]
+    assert (acme["escalations"], acme["reminders"], acme["past_tier_1"], acme["overdue_now"]) == (
+        2,
+        1,
+        1,
+        1,
+    )
+    assert acme["answer"].count == 1 and acme["answer"].median == 12.0
+    assert (acme["answers"], acme["released_many"]) == (1, 0)  # the answer released plan alone
+    reviewers = {r["name"]: r for r in page.context["timeliness"]["reviewers"]}
+    assert set(reviewers) == {"alice"} and reviewers["alice"]["escalations"] == 1
+    html = page.content.decode()
+    assert "Reaching reviewers in time" in html and "Answers releasing more than one task" in html
+    # An answer that released two waiting tasks (one question asked twice) counts as such.
+    answered.answer.released = ["plan", "plan-again"]
+    answered.answer.save()
+    with story_clock(opened + timedelta(minutes=70)):
+        again = client.get("/reports/").context["timeliness"]["fleets"][0]
+    assert (again["answers"], again["released_many"]) == (1, 1)

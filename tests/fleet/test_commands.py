@@ -251,7 +251,9 @@ def test_demo_loads_the_stories_as_the_app_computes_them(settings, tmp_path):
     assert sorted(deferred.values_list("task__key", flat=True)) == sorted(forge_outage.FORGE)
     # Where to look says what the app computes there now, not what the stories meant to show.
     said = " | ".join(printed["look_at"])
-    assert "the escalation queue (2 waiting; the oldest from plan)" in said
+    assert (
+        "the escalation queue (2 waiting; the oldest from plan, assigned to reviewer, due " in said
+    )
     drafted = Escalation.objects.get(run__key="tier-thresholds", status="open")
     assert drafted.packet.drafted and drafted.packet.smallest_unblocking_question == ""
     assert (
@@ -345,3 +347,32 @@ def test_source_add_refuses_a_superuser_dsn_saying_how_to_make_a_read_only_role(
     message = str(refused.value)
     assert "superuser" in message
     assert "CREATE ROLE bulkhead_reader LOGIN" in message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_shows_an_assigned_escalation_with_its_due_time_and_its_email(
+    settings, tmp_path, mailoutbox
+):
+    from datetime import timedelta
+
+    from escalations.models import Escalation
+
+    settings.VAR_DIR = tmp_path
+    settings.MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+            "OPTIONS": {"file_path": str(tmp_path / "mail")},
+        }
+    }
+    printed = run_command("demo")
+    assert printed["emails"] == f"written as files to {tmp_path / 'mail'}/"
+    waiting = Escalation.objects.get(run__key="tier-discounts-replay", status="open")
+    assert waiting.assignee.get_username() == "reviewer" and waiting.pool.name == "reviewers"
+    assert waiting.due_at - waiting.opened_at == timedelta(minutes=120)  # a reasoning failure
+    queue = next(k for k in printed["look_at"] if k.startswith("the escalation queue"))
+    assert "assigned to reviewer, due " in queue
+    mails = "\n".join(p.read_text() for p in (tmp_path / "mail").iterdir())
+    assert "To: reviewer@demo.invalid" in mails and "To: escalations@demo.invalid" in mails
+    assert "Subject: [Bulkhead] Assigned to you: tier-discounts-replay / plan" in mails
+    run_command("demo")  # idempotent: nothing routed twice
+    assert waiting.assignments.count() == 1

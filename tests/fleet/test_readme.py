@@ -64,6 +64,8 @@ ADMIN_PAGES = [
     "fleet/event", "fleet/delivery", "runs/run", "runs/task", "runs/attempt", "runs/claim",
     "runs/claimuse", "runs/artifact", "runs/decision", "runs/blocker", "runs/progressline",
     "escalations/failurepacket", "escalations/escalation", "escalations/answer",
+    "escalations/channel", "escalations/pool", "escalations/routingrule", "escalations/duerule",
+    "escalations/assignment", "escalations/escalationstep", "escalations/message",
 ]  # fmt: skip
 
 

@@ -1313,6 +1313,26 @@ export interface components {
              * @description The username of the reviewer who claimed it.
              */
             claimed_by: string | null;
+            /**
+             * Assigned To
+             * @description The username of the reviewer it is assigned to (by the fleet's routing rules, a hand-off or a tier); null when nobody is, e.g. once it reached the managers.
+             */
+            assigned_to: string | null;
+            /**
+             * Tier
+             * @description 1, then 2 and so on each time it was overdue and moved up.
+             */
+            tier: number;
+            /**
+             * Due At
+             * @description When the fleet wants it answered; null: no due time.
+             */
+            due_at: string | null;
+            /**
+             * Overdue
+             * @description Still waiting past its due time (it is never answered for it).
+             */
+            overdue: boolean;
             answer: components["schemas"]["AnswerOut"] | null;
             /**
              * Missing

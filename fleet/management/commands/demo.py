@@ -37,9 +37,11 @@ class Command(BaseCommand):
         text = settings.VAR_DIR / "demo-login.txt"
         text.write_text(
             f"Sign in as reviewer / {credentials['reviewer']} (or manager / {credentials['manager']})\n"
+            f"The demo's emails (escalations announced, assigned, reminded) are {summary['emails']}\n"
         )
         summary["login"] = {name: credentials[name] for name in ("reviewer", "manager")}
         if quiet:  # `make run` prints the login beside the URL once the server is up
+            self.stdout.write(f"The demo's emails are {summary['emails']}")
             self.stdout.write("Where to look:")
             for what, path in summary["look_at"].items():
                 self.stdout.write(f"  {what}: {settings.SITE_URL.rstrip('/')}{path}")

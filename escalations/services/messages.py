@@ -1,0 +1,267 @@
+"""Messages about escalations, by email and chat: written in the caller's transaction (the desk's
+outbox), sent by a worker after commit, retried with backoff and logged on the row.
+
+Email goes through Django's email backend (SMTP in production, files under `var/mail/` in the
+embedded default); chat through Apprise, whose URL names the service. A send is leased like a
+delivery: the row is taken in one short transaction, the message sent outside any, the result
+written in another; a worker killed in between leaves it due again for the reconciler.
+"""
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+import apprise
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.core.validators import validate_email
+from django.db import transaction
+from django.utils import timezone
+
+from escalations import links, tasks
+from escalations.models import Channel, Escalation, Message
+from fleet.broker import after_commit, countdown
+from fleet.deliveries import backoff
+from fleet.errors import Refusal, error
+from fleet.models import Fleet
+
+log = logging.getLogger(__name__)
+
+CHAT_TIMEOUT_S = 10.0
+MAX_ATTEMPTS = 8
+LEASE_S = 60.0
+
+
+def max_attempts() -> int:
+    return int(getattr(settings, "ESCALATION_MESSAGE_MAX_ATTEMPTS", MAX_ATTEMPTS))
+
+
+# Configuring channels.
+
+
+def checked_target(kind: str, target: str) -> str:
+    target = target.strip()
+    if kind == Channel.Kind.EMAIL:
+        try:
+            validate_email(target)
+        except ValidationError:
+            raise Refusal([error("target", f"{target!r} is not an email address")]) from None
+        return target
+    if kind == Channel.Kind.CHAT:
+        if apprise.Apprise.instantiate(target) is None:
+            raise Refusal(
+                [
+                    error(
+                        "target",
+                        f"{target[:100]!r} is not a chat URL Apprise knows: use slack://…, "
+                        "msteams://…, discord://…, or json://host/path for any incoming webhook",
+                    )
+                ]
+            )
+        return target
+    raise Refusal([error("kind", f"{kind!r} is not a channel kind: email or chat")])
+
+
+@transaction.atomic
+def channel_add(*, kind: str, target: str, fleet: Fleet | None = None, user: Any = None) -> Channel:
+    """A channel of a fleet (where its escalations are announced) or of a reviewer."""
+    assert (fleet is None) != (user is None)
+    target = checked_target(kind, target)
+    if len(target) > 1000:
+        raise Refusal([error("target", "is longer than 1000 characters")])
+    channel, _ = Channel.objects.get_or_create(fleet=fleet, user=user, kind=kind, target=target)
+    return channel
+
+
+@transaction.atomic
+def channel_remove(*, channel: Channel) -> None:
+    channel.delete()
+
+
+def shown_target(channel_kind: str, target: str) -> str:
+    """A chat URL's secrets (tokens, passwords) are not shown: Apprise's private form of it."""
+    if channel_kind != Channel.Kind.CHAT:
+        return target
+    plugin = apprise.Apprise.instantiate(target)
+    # Its private form, without the options Apprise spells out (?image=yes&footer=yes&…).
+    return plugin.url(privacy=True).split("?")[0] if plugin is not None else target[:20] + "…"
+
+
+# Writing messages.
+
+
+def compose(escalation: Escalation, reason: str, now: datetime) -> tuple[str, str]:
+    """The subject and body: the question, the run and task, how long it waited, its due time
+    and a signed link to the packet page."""
+    question = (
+        escalation.packet.smallest_unblocking_question if escalation.packet is not None else ""
+    ) or "(Bulkhead drafted the packet; the agent's question is not in yet)"
+    headline = {
+        "opened": "New escalation",
+        "assigned": "Assigned to you",
+        "handed-off": "Handed to you",
+        "question": "The agent's question is in",
+        "reminder": "Reminder: half its time is gone",
+        "tier": "Overdue: moved to you",
+    }.get(reason, "Escalation")
+    waited = now - escalation.opened_at
+    minutes = max(0, int(waited.total_seconds() // 60))
+    due = (
+        timezone.localtime(escalation.due_at, timezone.get_fixed_timezone(0)).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        )
+        if escalation.due_at
+        else "no due time"
+    )
+    subject = f"[Bulkhead] {headline}: {escalation.run.key} / {escalation.task.key}"
+    body = "\n".join(
+        [
+            f"{headline}.",
+            "",
+            f"Question: {question}",
+            f"Run: {escalation.run.key}  Task: {escalation.task.key}",
+            f"Waiting: {minutes // 60}h {minutes % 60}m  Due: {due}"
+            + ("  (overdue)" if escalation.due_at and now >= escalation.due_at else ""),
+            "",
+            f"Open the packet (sign-in required; the link expires): "
+            f"{links.link_for(escalation.pk)}",
+        ]
+    )
+    return subject[:300], body
+
+
+def channels_of(user: Any) -> list[tuple[Channel | None, str, str]]:
+    """A reviewer's channels; with none, the email address of their account."""
+    found: list[tuple[Channel | None, str, str]] = [
+        (c, c.kind, c.target) for c in Channel.objects.filter(user=user).order_by("id")
+    ]
+    if not found and str(getattr(user, "email", "") or ""):
+        return [(None, Channel.Kind.EMAIL, user.email)]
+    return found
+
+
+def queue_messages(
+    escalation: Escalation,
+    reason: str,
+    *,
+    users: list[Any] = (),  # type: ignore[assignment]
+    fleet_channels: bool = False,
+    at: datetime | None = None,
+) -> list[Message]:
+    """Write the messages (in the caller's transaction) and send each after commit."""
+    now = at or timezone.now()
+    targets: list[tuple[Channel | None, str, str]] = []
+    if fleet_channels:
+        targets += [
+            (c, c.kind, c.target)
+            for c in Channel.objects.filter(fleet_id=escalation.fleet_id).order_by("id")
+        ]
+    for user in users:
+        targets += channels_of(user)
+    seen: set[tuple[str, str]] = set()
+    if not targets:
+        return []
+    subject, body = compose(escalation, reason, now)
+    written = []
+    for channel, kind, target in targets:
+        if (kind, target) in seen:
+            continue
+        seen.add((kind, target))
+        message = Message.objects.create(
+            escalation=escalation,
+            channel=channel,
+            kind=kind,
+            target=target,
+            reason=reason,
+            subject=subject,
+            body=body,
+            next_attempt_at=timezone.now(),
+            created_at=timezone.now(),
+        )
+        after_commit(tasks.send_message, message.pk)
+        written.append(message)
+    return written
+
+
+# Sending.
+
+
+def deliver(kind: str, target: str, subject: str, body: str) -> str:
+    """Send one message; returns "" when sent, else what went wrong."""
+    if kind == Channel.Kind.EMAIL:
+        try:
+            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [target])
+        except Exception as exc:  # SMTP, socket and backend errors alike: logged and retried
+            return f"{exc.__class__.__name__}: {exc}"[:500]
+        return ""
+    notifier = apprise.Apprise()
+    if not notifier.add(target):
+        return "Apprise does not know this URL"
+    with apprise.LogCapture(level=logging.WARNING) as captured:
+        sent = notifier.notify(body=body, title=subject, timeout=CHAT_TIMEOUT_S)
+    if sent:
+        return ""
+    said = captured.getvalue().strip().splitlines()
+    return (said[-1] if said else "Apprise could not send the message")[:500]
+
+
+def send(message_id: int) -> str:
+    """Send one message if it is due; returns its status afterwards ("skipped", "not due")."""
+    with transaction.atomic():
+        message = (
+            Message.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(pk=message_id, status=Message.Status.PENDING)
+            .first()
+        )
+        if message is None:
+            return "skipped"
+        now = timezone.now()
+        if message.next_attempt_at > now:
+            return "not due"
+        message.attempts += 1
+        message.next_attempt_at = now + timedelta(seconds=LEASE_S)
+        message.save(update_fields=["attempts", "next_attempt_at"])
+        kind, target, subject, body = message.kind, message.target, message.subject, message.body
+        number = message.attempts
+    problem = deliver(kind, target, subject, body)
+    return record(message_id, number, problem)
+
+
+@transaction.atomic
+def record(message_id: int, number: int, problem: str) -> str:
+    message = Message.objects.select_for_update(of=("self",)).filter(pk=message_id).first()
+    if message is None:
+        return "skipped"
+    now = timezone.now()
+    message.log = [*message.log, {"at": now.isoformat(), "ok": not problem, "error": problem}]
+    message.last_error = problem
+    if message.status != Message.Status.PENDING:
+        message.save(update_fields=["log", "last_error"])
+        return message.status
+    if not problem:
+        message.status = Message.Status.SENT
+        message.sent_at = now
+    elif message.attempts >= max_attempts():
+        message.status = Message.Status.FAILED
+    elif message.attempts == number:
+        wait = backoff(message.attempts)
+        message.next_attempt_at = now + timedelta(seconds=wait)
+        after_commit(tasks.send_message, message.pk, countdown=countdown(wait))
+    message.save()
+    if problem:
+        log.warning("message %s (%s) not sent: %s", message.pk, message.kind, problem)
+    return message.status
+
+
+def reenqueue(now: datetime, **_: Any) -> dict[str, int]:
+    """The reconciler: pending messages due for a while lost their send; send them again."""
+    grace = now - timedelta(seconds=settings.RECONCILE_GRACE_SECONDS)
+    due = list(
+        Message.objects.filter(status=Message.Status.PENDING, next_attempt_at__lte=grace)
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)[:500]
+    )
+    for message_id in due:
+        tasks.send_message.delay(message_id)
+    return {"messages": len(due)}

@@ -1,0 +1,507 @@
+"""Who an escalation is assigned to and by when: routing a new one, handing one off, marking
+oneself away, and the due-time sweep (reminders at half time, the next tier when overdue).
+
+The sweep's state is in the database: each reminder or tier change is a row (`EscalationStep`,
+one per kind and tier) written in the same transaction as its assignment and messages, so a
+worker killed between two steps leaves the first done once and the second still to do.
+"""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from escalations import routing
+from escalations.models import (
+    Assignment,
+    Availability,
+    DueRule,
+    Escalation,
+    EscalationStep,
+    Pool,
+    PoolMember,
+    RoutingRule,
+)
+from escalations.services import messages
+from escalations.services.state import NOTE_MAX_CHARS, lock_escalation
+from fleet.errors import Refusal, error
+from fleet.models import Fleet, Membership
+from runs.models import Attempt, Task
+from runs.policy import FAILURE_KINDS
+
+SWEEP_BATCH = 500
+
+
+def about(task: Task) -> routing.About:
+    kind = (
+        Attempt.objects.filter(task=task)
+        .exclude(failure_kind="")
+        .order_by("-number")
+        .values_list("failure_kind", flat=True)
+        .first()
+    )
+    return routing.About(
+        agent_role=task.agent.role,
+        capabilities=tuple(str(c) for c in (task.capabilities or [])),
+        run=task.run.key,
+        failure_kind=kind or "",
+    )
+
+
+def urgency_of(content: object) -> str:
+    value = content.get("urgency") if isinstance(content, dict) else None
+    return value if value in routing.URGENCIES else ""
+
+
+def due_at_for(fleet_id: int, *, failure_kind: str, urgency: str, opened_at: datetime) -> Any:
+    minutes = routing.due_minutes(
+        [
+            routing.DueRule(minutes=r.minutes, failure_kind=r.failure_kind, urgency=r.urgency)
+            for r in DueRule.objects.filter(fleet_id=fleet_id)
+        ],
+        failure_kind=failure_kind,
+        urgency=urgency,
+    )
+    return opened_at + timedelta(minutes=minutes) if minutes is not None else None
+
+
+def pick_reviewer(pool: Pool, at: datetime) -> Any:
+    """The pool's next reviewer (least recently assigned, not away), marked as assigned now."""
+    seats = list(
+        PoolMember.objects.select_for_update(of=("self",)).filter(pool=pool).order_by("user_id")
+    )
+    away = set(
+        Availability.objects.filter(user_id__in=[s.user_id for s in seats], away=True).values_list(
+            "user_id", flat=True
+        )
+    )
+    chosen = routing.next_reviewer(
+        routing.Seat(s.user_id, s.last_assigned_at, s.user_id in away) for s in seats
+    )
+    if chosen is None:
+        return None
+    PoolMember.objects.filter(pool=pool, user_id=chosen).update(last_assigned_at=at)
+    return get_user_model().objects.get(pk=chosen)
+
+
+def route_new(escalation: Escalation, *, at: datetime) -> None:
+    """A new escalation: its due time, its pool and reviewer, and the messages announcing it.
+
+    Runs in the transaction that opens it."""
+    task = Task.objects.select_related("agent", "run").get(pk=escalation.task_id)
+    facts = about(task)
+    escalation.failure_kind = facts.failure_kind
+    escalation.urgency = urgency_of(escalation.packet.content if escalation.packet else None)
+    escalation.due_at = due_at_for(
+        escalation.fleet_id,
+        failure_kind=escalation.failure_kind,
+        urgency=escalation.urgency,
+        opened_at=escalation.opened_at,
+    )
+    rules = {r.pk: r for r in RoutingRule.objects.filter(fleet_id=escalation.fleet_id)}
+    matched = routing.route(
+        [
+            routing.Rule(
+                id=r.pk,
+                position=r.position,
+                agent_role=r.agent_role,
+                capability=r.capability,
+                run=r.run,
+                failure_kind=r.failure_kind,
+            )
+            for r in rules.values()
+        ],
+        facts,
+    )
+    rule = rules[matched.id] if matched else None
+    assignee = None
+    if rule is not None:
+        escalation.pool_id = rule.pool_id
+        escalation.next_pool_id = rule.next_pool_id
+        escalation.last_tier = 3 if rule.next_pool_id else 2
+        assignee = pick_reviewer(rule.pool, at)
+        escalation.assignee = assignee
+        Assignment.objects.create(
+            escalation=escalation,
+            kind=Assignment.Kind.ROUTED,
+            at=at,
+            tier=1,
+            pool_id=rule.pool_id,
+            to_user=assignee,
+            note=routing_note(rule, facts, assignee),
+        )
+    escalation.next_step_at = next_step_at(escalation, at)
+    escalation.save(
+        update_fields=[
+            "failure_kind",
+            "urgency",
+            "due_at",
+            "next_step_at",
+            "pool",
+            "next_pool",
+            "last_tier",
+            "assignee",
+        ]
+    )
+    messages.queue_messages(escalation, "opened", fleet_channels=True, at=at)
+    if assignee is not None:
+        messages.queue_messages(escalation, "assigned", users=[assignee], at=at)
+
+
+def routing_note(rule: RoutingRule, facts: routing.About, assignee: Any) -> str:
+    said = [
+        f"{name} {value}"
+        for name, value in (
+            ("agent role", rule.agent_role),
+            ("capability", rule.capability),
+            ("run", rule.run),
+            ("failure kind", rule.failure_kind),
+        )
+        if value
+    ]
+    why = "matched " + ", ".join(said) if said else "the fleet's default rule"
+    who = (
+        f"its least recently assigned reviewer, {assignee.get_username()}"
+        if assignee
+        else "nobody: every reviewer in it is away"
+    )
+    return f"Routed to pool {rule.pool.name} ({why}); assigned to {who}."
+
+
+def packet_changed(escalation: Escalation, *, question_in: bool, at: datetime) -> None:
+    """A packet filled or replaced: its urgency may set another due time, until a step is
+    made; the question that fills Bulkhead's draft is announced, with it this time."""
+    urgency = urgency_of(escalation.packet.content if escalation.packet else None)
+    if urgency != escalation.urgency and not escalation.steps.exists():
+        escalation.urgency = urgency
+        escalation.due_at = due_at_for(
+            escalation.fleet_id,
+            failure_kind=escalation.failure_kind,
+            urgency=urgency,
+            opened_at=escalation.opened_at,
+        )
+        escalation.next_step_at = next_step_at(escalation, at)
+        escalation.save(update_fields=["urgency", "due_at", "next_step_at"])
+    if question_in:
+        users = [escalation.assignee] if escalation.assignee else []
+        messages.queue_messages(escalation, "question", users=users, fleet_channels=True, at=at)
+
+
+def can_hand_off(user: Any, fleet_id: int) -> bool:
+    return Membership.objects.filter(user_id=user.pk or 0, fleet_id=fleet_id).exists()
+
+
+@transaction.atomic
+def escalation_hand_off(*, escalation: Escalation, by: Any, to: str, note: str) -> Escalation:
+    """Hand a waiting escalation to another reviewer of its fleet, with a note (kept in its
+    history); the new assignee is told on their channels."""
+    now = timezone.now()
+    escalation = lock_escalation(escalation.pk)
+    if escalation.status not in Escalation.OPEN_STATES:
+        raise Refusal(
+            f"This escalation is {escalation.status}: only a waiting one can be handed off.",
+            status=409,
+        )
+    note = note.strip()
+    problems = []
+    if not note:
+        problems.append(error("note", "is required: say why you hand it off"))
+    elif len(note) > NOTE_MAX_CHARS:
+        problems.append(error("note", f"is {len(note):,} characters; at most {NOTE_MAX_CHARS:,}"))
+    target = (
+        get_user_model()
+        .objects.filter(
+            username=to.strip(),
+            memberships__fleet_id=escalation.fleet_id,
+            memberships__role=Membership.Role.REVIEWER,
+        )
+        .first()
+    )
+    if target is None:
+        problems.append(
+            error("to", f"{to.strip()[:150]!r} is not a reviewer of fleet {escalation.fleet.name}")
+        )
+    elif target.pk == escalation.assignee_id:
+        problems.append(error("to", f"{target.get_username()} has it already"))
+    if problems:
+        raise Refusal(problems)
+    escalation.assignee = target
+    escalation.save(update_fields=["assignee"])
+    Assignment.objects.create(
+        escalation=escalation,
+        kind=Assignment.Kind.HANDED_OFF,
+        at=now,
+        tier=escalation.tier,
+        pool_id=escalation.pool_id,
+        to_user=target,
+        by_user=by,
+        note=note,
+    )
+    messages.queue_messages(escalation, "handed-off", users=[target], at=now)
+    return escalation
+
+
+@transaction.atomic
+def reviewer_set_away(*, user: Any, away: bool) -> Availability:
+    found, _ = Availability.objects.update_or_create(
+        user=user, defaults={"away": away, "changed_at": timezone.now()}
+    )
+    return found
+
+
+def is_away(user: Any) -> bool:
+    return Availability.objects.filter(user_id=user.pk or 0, away=True).exists()
+
+
+# The sweep.
+
+
+def timing_of(escalation: Escalation) -> routing.Timing:
+    assert escalation.due_at is not None
+    done = frozenset(escalation.steps.values_list("kind", "tier")) if escalation.pk else frozenset()
+    return routing.Timing(
+        opened_at=escalation.opened_at,
+        due_at=escalation.due_at,
+        tier=escalation.tier,
+        last_tier=escalation.last_tier,
+        done=done,
+    )
+
+
+def next_step_at(escalation: Escalation, now: datetime | None = None) -> datetime | None:
+    if escalation.due_at is None:
+        return None
+    return routing.when_next(timing_of(escalation), now or timezone.now())
+
+
+def managers_of(fleet_id: int) -> list[Any]:
+    return list(
+        get_user_model().objects.filter(
+            memberships__fleet_id=fleet_id, memberships__role=Membership.Role.MANAGER
+        )
+    )
+
+
+def step_once(escalation_id: int, now: datetime) -> str | None:
+    """Make the escalation's next due step, if any, in one transaction; returns its kind."""
+    with transaction.atomic():
+        escalation = (
+            Escalation.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("run", "task", "packet", "fleet", "assignee")
+            .filter(pk=escalation_id, status__in=Escalation.OPEN_STATES, due_at__isnull=False)
+            .first()
+        )
+        if escalation is None:
+            return None
+        step = routing.next_step(timing_of(escalation), now)
+        if step is None:
+            # Nothing due after all (a reminder overtaken by its deadline): look again when it is.
+            escalation.next_step_at = next_step_at(escalation, now)
+            escalation.save(update_fields=["next_step_at"])
+            return None
+        try:
+            with transaction.atomic():
+                EscalationStep.objects.create(
+                    escalation=escalation,
+                    kind=step.kind,
+                    tier=step.tier,
+                    due_at=step.due_at,
+                    done_at=now,
+                )
+        except IntegrityError:
+            return None  # made already (by another sweep)
+        if step.kind == routing.REMINDER:
+            remind(escalation, now)
+        else:
+            move_up(escalation, step.tier, now)
+        escalation.next_step_at = next_step_at(escalation, now)
+        escalation.save(update_fields=["next_step_at"])
+        return step.kind
+
+
+def remind(escalation: Escalation, now: datetime) -> None:
+    if escalation.assignee is not None:
+        users = [escalation.assignee]
+    elif escalation.tier >= escalation.last_tier:
+        users = managers_of(escalation.fleet_id)
+    elif escalation.pool_id:
+        users = [
+            m.user
+            for m in PoolMember.objects.filter(pool_id=escalation.pool_id).select_related("user")
+        ]
+    else:
+        users = []
+    messages.queue_messages(escalation, "reminder", users=users, at=now)
+
+
+def move_up(escalation: Escalation, tier: int, now: datetime) -> None:
+    """Overdue: the next pool takes it, or (last tier) the fleet's managers. Never an answer."""
+    escalation.tier = tier
+    pool = escalation.next_pool if tier < escalation.last_tier else None
+    if pool is not None:
+        assignee = pick_reviewer(pool, now)
+        escalation.pool = pool
+        users = [assignee] if assignee else [m.user for m in pool.members.select_related("user")]
+        note = f"Overdue at tier {tier - 1}: moved to pool {pool.name}" + (
+            f", assigned to {assignee.get_username()}." if assignee else "; everyone in it is away."
+        )
+    else:
+        assignee = None
+        escalation.pool = None
+        users = managers_of(escalation.fleet_id)
+        note = f"Overdue at tier {tier - 1}: moved to the fleet's managers."
+    escalation.assignee = assignee
+    escalation.save(update_fields=["tier", "pool", "assignee"])
+    Assignment.objects.create(
+        escalation=escalation,
+        kind=Assignment.Kind.TIER,
+        at=now,
+        tier=tier,
+        pool=pool,
+        to_user=assignee,
+        note=note,
+    )
+    messages.queue_messages(escalation, "tier", users=users, fleet_channels=True, at=now)
+
+
+def sweep(now: datetime | None = None) -> dict[str, int]:
+    """Every waiting escalation with a due time: make each step that is due, once."""
+    now = now or timezone.now()
+    candidates = list(
+        Escalation.objects.filter(status__in=Escalation.OPEN_STATES, next_step_at__lte=now)
+        .order_by("next_step_at", "id")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
+    )
+    made = {"reminder": 0, "tier": 0}
+    for escalation_id in candidates:
+        while (kind := step_once(escalation_id, now)) is not None:
+            made[kind] += 1
+    return made
+
+
+# Configuring a fleet's pools, routing rules and due times (the management commands call these).
+
+
+def reviewers_of(fleet: Fleet, usernames: list[str]) -> list[Any]:
+    found = {
+        u.get_username(): u
+        for u in get_user_model().objects.filter(
+            username__in=usernames,
+            memberships__fleet=fleet,
+            memberships__role=Membership.Role.REVIEWER,
+        )
+    }
+    missing = [name for name in usernames if name not in found]
+    if missing:
+        raise Refusal(
+            [
+                error(
+                    "reviewers",
+                    f"{', '.join(missing)} {'is not a reviewer' if len(missing) == 1 else 'are not reviewers'} "
+                    f"of fleet {fleet.name}: add them with member_add NAME --fleet {fleet.name} --role reviewer",
+                )
+            ]
+        )
+    return [found[name] for name in usernames]
+
+
+@transaction.atomic
+def pool_set(*, fleet: Fleet, name: str, usernames: list[str]) -> Pool:
+    """The pool with exactly these reviewers (those staying keep their turn)."""
+    if not name or len(name) > 100 or not all(c.isalnum() or c in "-_" for c in name):
+        raise Refusal(
+            [error("pool", f"{name[:100]!r} is not a pool name: letters, digits, - and _")]
+        )
+    users = reviewers_of(fleet, usernames)
+    pool, _ = Pool.objects.get_or_create(fleet=fleet, name=name)
+    PoolMember.objects.filter(pool=pool).exclude(user__in=users).delete()
+    for user in users:
+        PoolMember.objects.get_or_create(pool=pool, user=user)
+    return pool
+
+
+def pool_named(fleet: Fleet, name: str, loc: str) -> Pool:
+    pool = Pool.objects.filter(fleet=fleet, name=name).first()
+    if pool is None:
+        raise Refusal(
+            [error(loc, f"fleet {fleet.name} has no pool {name[:100]!r}: create it with pool_set")]
+        )
+    return pool
+
+
+@transaction.atomic
+def route_add(
+    *,
+    fleet: Fleet,
+    pool: str,
+    next_pool: str = "",
+    agent_role: str = "",
+    capability: str = "",
+    run: str = "",
+    failure_kind: str = "",
+    position: int | None = None,
+) -> RoutingRule:
+    if failure_kind and failure_kind not in FAILURE_KINDS:
+        raise Refusal(
+            [
+                error(
+                    "failure_kind",
+                    f"{failure_kind[:50]!r} is not one of {', '.join(FAILURE_KINDS)}",
+                )
+            ]
+        )
+    for loc, value, most in (
+        ("agent_role", agent_role, 100),
+        ("capability", capability, 100),
+        ("run", run, 200),
+    ):
+        if len(value) > most:
+            raise Refusal([error(loc, f"is longer than {most} characters")])
+    found = pool_named(fleet, pool, "pool")
+    after = pool_named(fleet, next_pool, "next_pool") if next_pool else None
+    if after is not None and after.pk == found.pk:
+        raise Refusal([error("next_pool", "must be another pool than the rule's own")])
+    if position is None:
+        last = RoutingRule.objects.filter(fleet=fleet).order_by("-position").first()
+        position = last.position + 1 if last else 0
+    return RoutingRule.objects.create(
+        fleet=fleet,
+        position=position,
+        pool=found,
+        next_pool=after,
+        agent_role=agent_role,
+        capability=capability,
+        run=run,
+        failure_kind=failure_kind,
+    )
+
+
+@transaction.atomic
+def due_set(
+    *, fleet: Fleet, minutes: int, failure_kind: str = "", urgency: str = ""
+) -> DueRule | None:
+    """Set (or, with 0 minutes, remove) a due time by failure kind, urgency, or the default."""
+    if failure_kind and urgency:
+        raise Refusal([error("urgency", "a due time is by failure kind or by urgency, not both")])
+    if failure_kind and failure_kind not in FAILURE_KINDS:
+        raise Refusal(
+            [
+                error(
+                    "failure_kind",
+                    f"{failure_kind[:50]!r} is not one of {', '.join(FAILURE_KINDS)}",
+                )
+            ]
+        )
+    if urgency and urgency not in routing.URGENCIES:
+        raise Refusal([error("urgency", f"{urgency[:50]!r} is not one of low, normal, high")])
+    if minutes < 0 or minutes > 60 * 24 * 365:
+        raise Refusal([error("minutes", "must be between 1 and 525600 (0 removes the due time)")])
+    if minutes == 0:
+        DueRule.objects.filter(fleet=fleet, failure_kind=failure_kind, urgency=urgency).delete()
+        return None
+    rule, _ = DueRule.objects.update_or_create(
+        fleet=fleet, failure_kind=failure_kind, urgency=urgency, defaults={"minutes": minutes}
+    )
+    return rule
