@@ -7,6 +7,7 @@ from ninja import Router
 from ninja.errors import HttpError
 
 from escalations.models import Escalation
+from escalations.selectors.waiting import outcome_of, tasks_waiting
 from fleet.api.access import fleet_ids
 from fleet.api.schemas import ERRORS, Errors, EscalationOut
 
@@ -33,6 +34,8 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
         "run": escalation.run.key,
         "task": escalation.task.key,
         "status": escalation.status,
+        "outcome": outcome_of(escalation),
+        "tasks": tasks_waiting(escalation),
         "reason": escalation.reason,
         "opened_at": escalation.opened_at,
         "question": (packet.smallest_unblocking_question or None) if packet else None,
