@@ -35,7 +35,10 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
         "task": escalation.task.key,
         "status": escalation.status,
         "outcome": outcome_of(escalation),
-        "tasks": tasks_waiting(escalation),
+        "tasks": [
+            {k: row[k] for k in ("run", "task", "agent", "question", "joined", "joined_at")}
+            for row in tasks_waiting(escalation)
+        ],
         "reason": escalation.reason,
         "opened_at": escalation.opened_at,
         "question": (packet.smallest_unblocking_question or None) if packet else None,
