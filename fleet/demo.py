@@ -4,8 +4,8 @@ import io
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.core.management import call_command
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 

@@ -33,7 +33,7 @@ def shown_status(status: str, outcome: str) -> str:
 def tasks_waiting(escalation: Escalation) -> list[dict[str, Any]]:
     """Every task the escalation's answer is for: its own first, then those that joined, in the
     order they joined. Once it is handled, the tasks that were waiting when it was."""
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "run": escalation.run.key,
             "task": escalation.task.key,

@@ -88,7 +88,7 @@ def matching_escalation(
         same |= Q(packet__dedup_key=packet.dedup_key)
     for pk in candidates.filter(same).values_list("pk", flat=True)[:20]:
         escalation = lock_escalation(pk)
-        current = FailurePacket.objects.filter(pk=escalation.packet_id).first()
+        current = escalation.packet
         if (
             escalation.status in Escalation.OPEN_STATES
             and escalation.fleet_id == fleet_id

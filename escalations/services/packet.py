@@ -190,7 +190,7 @@ def packet_of_joined(
         return {"run": found.key, "task": row.key, "escalation": shared.pk, "packet": "unchanged"}
     stored = store_packet(row, actor, packet, checked, at=at, from_draft=[])
     shared = lock_escalation(shared.pk)
-    current = FailurePacket.objects.filter(pk=shared.packet_id).first()
+    current = shared.packet
     if shared.status in Escalation.OPEN_STATES and joining.asks_the_same(stored, current):
         joined.packet = stored
         joined.save(update_fields=["packet"])

@@ -69,7 +69,7 @@ def lock_escalation(escalation_id: int) -> Escalation:
     """Only the escalation row: claiming changes nothing in the run."""
     return (
         Escalation.objects.select_for_update(of=("self",))
-        .select_related("claimed_by", "fleet")
+        .select_related("claimed_by", "fleet", "packet")
         .get(pk=escalation_id)
     )
 

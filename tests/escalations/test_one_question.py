@@ -7,7 +7,7 @@ import pytest
 from django.test import TestCase
 
 from escalations.models import Answer, Escalation, JoinedTask
-from escalations.services import escalation_abort, escalation_split
+from escalations.services import escalation_abort
 from fleet import services as fleet_services
 from fleet.models import ApiToken, Delivery
 from runs.models import Blocker, Claim, Hold, Task
