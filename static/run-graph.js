@@ -78,15 +78,27 @@
           }
         }
       ],
-      layout: { name: typeof cytoscapeDagre !== "undefined" ? "dagre" : "breadthfirst", rankDir: narrow ? "TB" : "LR", nodeSep: 20, rankSep: narrow ? 40 : 60 }
+      layout: { name: "preset" }
     });
-    if (narrow && cy.zoom() < READABLE_ZOOM) {
-      var box = cy.elements().boundingBox();
-      cy.zoom(READABLE_ZOOM);
-      cy.pan({ x: 8 - box.x1 * READABLE_ZOOM, y: 8 - box.y1 * READABLE_ZOOM });
-    }
-    container.dataset.zoom = cy.zoom().toFixed(2);
-    container.dataset.drawn = String(cy.nodes().length);
+    var layout = cy.layout({
+      name: typeof cytoscapeDagre !== "undefined" ? "dagre" : "breadthfirst",
+      rankDir: narrow ? "TB" : "LR",
+      nodeSep: 20,
+      rankSep: narrow ? 40 : 60,
+      fit: true,
+      padding: 10
+    });
+    layout.one("layoutstop", function () {
+      if (narrow && cy.zoom() < READABLE_ZOOM) {
+        // Start at the top left (where the run begins), at a size one can read.
+        var box = cy.elements().boundingBox();
+        cy.zoom(READABLE_ZOOM);
+        cy.pan({ x: 8 - box.x1 * READABLE_ZOOM, y: 8 - box.y1 * READABLE_ZOOM });
+      }
+      container.dataset.zoom = cy.zoom().toFixed(2);
+      container.dataset.drawn = String(cy.nodes().length);
+    });
+    layout.run();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
