@@ -1,6 +1,7 @@
 """One question, one answer: packets of a fleet that ask the same question wait on one
 escalation, whose one answer reframes and releases every task waiting on it."""
 
+import threading
 from typing import Any
 
 import pytest
@@ -301,3 +302,78 @@ def test_the_apis_show_every_task_waiting_and_each_tasks_shared_escalation(desk,
     (step,) = run["tasks"]
     assert step["escalation"]["id"] == shared and step["escalation"]["status"] == "open"
     assert step["escalation"]["joined"] is True and step["escalation"]["question"] == QUESTION
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(4))
+def test_an_answer_racing_a_join_never_leaves_a_task_waiting_on_an_answered_escalation(
+    client, fleet, attempt
+):
+    """The answer locks every task waiting, then the escalation; the join locks the escalation
+    and reads it again: it joins before the answer (and is released by it) or finds it answered
+    and opens its own. Either way, no task waits on an answered escalation."""
+    from django.db import connection
+    from django.test import Client
+
+    from tests.conftest import Sender, wsgi_headers
+    from tests.escalations.desk import member
+
+    fleet.callback_url = REFUSED_CALLBACK
+    fleet.save()
+    desk = Desk(client, fleet)
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    desk.planner.post(
+        "task.started",
+        {"run": "r-coder", "task": "step", "agent": "coder",
+         "attempt": {"prompt_hash": "p1", "context_hash": "c"}},
+    )  # fmt: skip
+    alice = member("alice", fleet)
+    barrier = threading.Barrier(2)
+    results: dict[str, Any] = {}
+
+    def answer_it() -> None:
+        browser = signed_in(alice)
+        barrier.wait()
+        try:
+            results["answer"] = browser.post(
+                f"/escalations/{shared}/answer/", {"text": "Use the threshold"}
+            )
+        finally:
+            connection.close()
+
+    def join_it() -> None:
+        sender = Sender(Client(), desk.planner.agent, desk.planner.secret)
+        body = sender.body(
+            "packet.submitted",
+            {"run": "r-coder", "task": "step", "agent": "coder", "packet": packet("step")},
+        )
+        barrier.wait()
+        try:
+            results["join"] = sender.client.generic(
+                "POST", sender.path, body, content_type="application/json",
+                **wsgi_headers(sender.headers(body)),
+            )  # fmt: skip
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=answer_it), threading.Thread(target=join_it)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert results["answer"].status_code in (200, 302)
+    assert results["join"].status_code == 202, results["join"].content
+    joined = results["join"].json()
+    task = Task.objects.get(run__key="r-coder", key="step")
+    assert Escalation.objects.get(pk=shared).status == "answered"
+    assert not JoinedTask.objects.filter(escalation_id=shared, left_at=None).exists()
+    if joined["packet"] == "joined":  # it came first: the answer released it too
+        assert task.state == "pending"
+        assert Claim.objects.filter(run__key="r-coder", key=f"answer.escalation-{shared}").exists()
+    else:  # the answer came first: it waits on its own escalation
+        assert joined["packet"] == "opened" and joined["escalation"] != shared
+        assert task.state == "escalated"
+        assert Escalation.objects.get(pk=joined["escalation"]).status == "open"
