@@ -9,6 +9,7 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from escalations.selectors.waiting import shown_status
 from fleet.access import FLEET_ROLES, manages_a_fleet, member_fleet_ids
 
 register = template.Library()
@@ -72,6 +73,12 @@ def claim_key(value: Any) -> str:
     key = str(value)
     head, at, tail = key.rpartition("@refuted-")
     return head if at and tail.isdigit() else key
+
+
+@register.filter
+def escalation_status(escalation: Any) -> str:
+    """An escalation's status as people read it: a closed one says how it closed."""
+    return shown_status(str(escalation.status), str(escalation.outcome or ""))
 
 
 @register.filter

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from escalations.models import Escalation
+from escalations.models import Escalation, JoinedTask
 from escalations.selectors.runs import run_detail, runs_of
 from escalations.services import claim_check_by_hand, claim_raise, task_release_stop
 from fleet.access import reviews
@@ -154,6 +154,11 @@ def run_page(
             "checkpoint": checkpoint_rows(found),
             "checkpoint_limit": CHECKPOINT_ROWS,
             "escalations": escalations,
+            # Tasks of this run whose packets joined an escalation with the same question.
+            "joined": JoinedTask.objects.filter(task__run=found)
+            .select_related("task", "escalation", "escalation__task", "escalation__run")
+            .select_related("escalation__packet")
+            .order_by("-joined_at", "-id"),
             "open_states": Escalation.OPEN_STATES,
             "can_act": can_act,
             # A refusal is shown at its row's form; when there is none (the run has finished),

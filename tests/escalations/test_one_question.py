@@ -377,3 +377,14 @@ def test_an_answer_racing_a_join_never_leaves_a_task_waiting_on_an_answered_esca
         assert joined["packet"] == "opened" and joined["escalation"] != shared
         assert task.state == "escalated"
         assert Escalation.objects.get(pk=joined["escalation"]).status == "open"
+
+
+def test_the_run_page_of_a_joined_task_says_which_escalation_it_waits_on(desk, alice):
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    submit(desk, "r-coder")
+    run = Task.objects.get(run__key="r-coder").run
+    page = signed_in(alice).get(f"/runs/{run.pk}/").content.decode()
+    assert f'waits on <a href="/escalations/{shared}/">escalation {shared}</a>' in page
+    assert "opened by step of run r-planner" in page
+    assert "Nothing escalated." not in page
