@@ -12,8 +12,9 @@ from django.utils import timezone
 from escalations.models import Answer, Escalation, FailurePacket, JoinedTask
 from escalations.selectors.radius import radii_for
 from fleet import outbox, services
+from fleet.broker import after_commit
 from fleet.celery import app as celery_app
-from fleet.models import Event, Fleet, Membership
+from fleet.models import Delivery, Event, Fleet, Membership
 from fleet.stories import (
     Story,
     all_green,
@@ -26,6 +27,7 @@ from fleet.stories import (
     shared_question,
     tier_thresholds,
 )
+from fleet.tasks import deliver
 from runs.models import Blocker, Claim, Halt, Run
 
 FLEET = "demo"
@@ -111,6 +113,11 @@ def load() -> dict[str, Any]:
                     played.append(story.name)
     finally:
         celery_app.conf.task_always_eager = eager
+    # What the stories recorded goes out now, through the broker: the worker sends it once the
+    # web server that receives it is up, each try logged when it is made.
+    pending = Delivery.objects.filter(fleet=fleet, status=Delivery.Status.PENDING, log__isnull=True)
+    for delivery_id in pending.order_by("created_at", "id").values_list("pk", flat=True):
+        after_commit(deliver, delivery_id)
     runs = dict(Run.objects.filter(fleet=fleet).values_list("key", "pk"))
 
     def page(key: str) -> str:

@@ -106,6 +106,7 @@ def escalation_answer(
             continue
         answered.append({"run": row.task.run.key, "task": row.task.key})
         released += [k if row.task.run_id == run.pk else f"{row.task.run.key}/{k}" for k in other]
+    released = list(dict.fromkeys(released))  # two tasks of one run may release the same one
     answer.released = released
     answer.save(update_fields=["released"])
     notify(

@@ -251,7 +251,10 @@ def test_demo_loads_the_stories_as_the_app_computes_them(settings, tmp_path):
     assert sorted(deferred.values_list("task__key", flat=True)) == sorted(forge_outage.FORGE)
     # Where to look says what the app computes there now, not what the stories meant to show.
     said = " | ".join(printed["look_at"])
-    assert "the escalation queue (2 waiting; the oldest from plan)" in said
+    assert "the escalation queue (3 waiting; the oldest from invoice-format)" in said
+    assert (
+        "one question, two tasks (escalation" in said and "2 tasks wait on its one answer" in said
+    )
     drafted = Escalation.objects.get(run__key="tier-thresholds", status="open")
     assert drafted.packet.drafted and drafted.packet.smallest_unblocking_question == ""
     assert (
