@@ -7,7 +7,7 @@ UV := .tools/bin/uv
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := fleet.settings
 
-.PHONY: client-types install run web worker test lint typecheck migrations-check check policy-lab bench clean
+.PHONY: client-types install run demo-reset web worker test lint typecheck migrations-check check policy-lab bench clean
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
@@ -34,6 +34,12 @@ run: install
 	SITE_URL=http://127.0.0.1:$(PORT) LOG_LEVEL=WARNING $(PY) manage.py demo --quiet
 	@bin/run-embedded $(PORT)
 
+# The demo as new: its fleet and everything it recorded are deleted and the stories played again
+# (the environment, other fleets and users stay). Stop `make run` first, then start it again.
+demo-reset: install
+	$(PY) manage.py migrate --no-input -v 0
+	SITE_URL=http://127.0.0.1:$(PORT) LOG_LEVEL=WARNING $(PY) manage.py demo --reset --quiet
+
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -59,6 +65,8 @@ policy-lab: install
 bench: install
 	$(PY) bench/run.py
 
+# Everything the build and the app made: the environment (.venv, node_modules), the database
+# and files under var/. `make run` builds it all again; `make demo-reset` keeps the environment.
 clean:
 	rm -rf $(VENV) .tools node_modules var staticfiles
 

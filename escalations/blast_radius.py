@@ -92,6 +92,7 @@ class Handoff:
     checkable: int  # of those, how many carried checkable evidence
     refuted: int
     median_unchecked_minutes: float | None  # None only if no claim crossed
+    unchecked: tuple[str, ...] = ()  # the claims that crossed without checkable evidence
 
 
 def blast_radius(
@@ -148,6 +149,7 @@ def handoffs(
                 checkable=sum(fact.evidence_checkable for fact in facts),
                 refuted=sum(fact.status == "refuted" for fact in facts),
                 median_unchecked_minutes=round(statistics.median(minutes), 1) if minutes else None,
+                unchecked=tuple(sorted(k for k in keys if not claims[k].evidence_checkable)),
             )
         )
     return found

@@ -19,6 +19,16 @@ class FailurePacket(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="packets")
     content = models.JSONField()
     smallest_unblocking_question = models.CharField(max_length=500, blank=True)
+    question_key = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="The question normalised (case, spacing, punctuation): same question, same key.",
+    )
+    dedup_key = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The agent's own key for its question, if it sent one.",
+    )
     submitted_at = models.DateTimeField()
     drafted = models.BooleanField(
         default=False, help_text="Drafted by Bulkhead from the attempts, not by the agent."
@@ -42,6 +52,8 @@ class FailurePacket(models.Model):
             models.Index(
                 fields=["id"], condition=models.Q(checks_pending=True), name="packet_checks_pending"
             ),
+            models.Index(fields=["question_key"], name="packet_question_key"),
+            models.Index(fields=["dedup_key"], name="packet_dedup_key"),
         ]
 
     def __str__(self) -> str:
@@ -55,6 +67,15 @@ class Escalation(models.Model):
         ANSWERED = "answered"
         RETURNED = "returned"
         CLOSED = "closed"
+
+    class Outcome(models.TextChoices):
+        """How a closed escalation ended: `status` stays `closed`, this says which way."""
+
+        NONE = ""
+        REROUTED = "rerouted"
+        ABORTED = "aborted"
+        RUN_FAILED = "run_failed"
+        JOINED = "joined"
 
     OPEN_STATES = (Status.OPEN, Status.CLAIMED)
 
@@ -95,6 +116,9 @@ class Escalation(models.Model):
     )
     urgency = models.CharField(max_length=10, blank=True)
     failure_kind = models.CharField(max_length=20, blank=True)
+    outcome = models.CharField(
+        max_length=20, choices=Outcome.choices, blank=True, default=Outcome.NONE
+    )
 
     class Meta:
         indexes = [
@@ -117,6 +141,46 @@ class Escalation(models.Model):
 
     def __str__(self) -> str:
         return f"escalation {self.pk} ({self.status})"
+
+
+class JoinedTask(models.Model):
+    """A task waiting on another task's escalation: its packet asked the same question.
+
+    The escalation's own task is `Escalation.task`; each task that joined it has a row here,
+    with its own packet. One answer reframes and releases them all; a reviewer can split one
+    off (it gets an escalation of its own), and it leaves when its run is over.
+    """
+
+    class Left(models.TextChoices):
+        WAITING = ""
+        ANSWERED = "answered"
+        SPLIT = "split"
+        MOVED = "moved"
+        CLOSED = "closed"
+
+    escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="joined")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="joined_escalations")
+    packet = models.ForeignKey(FailurePacket, null=True, blank=True, on_delete=models.SET_NULL)
+    joined_at = models.DateTimeField()
+    left_at = models.DateTimeField(null=True, blank=True)
+    left = models.CharField(max_length=10, choices=Left.choices, blank=True, default=Left.WAITING)
+    note = models.TextField(blank=True, help_text="Why it left: who split it off, where it went.")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["task", "left_at"]),
+            models.Index(fields=["escalation", "left_at"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=models.Q(left_at__isnull=True),
+                name="task_joins_one_escalation",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} on escalation {self.escalation_id}"
 
 
 class Answer(models.Model):

@@ -14,6 +14,10 @@ error, each naming its field. Rules where the contract is silent:
   names the task).
 - One question: exactly one sentence ending in "?" once inline code is set aside; "a?b" inside a
   word or `x?` in backticks does not count, "Really??" counts once.
+- `dedup_key` (optional): the agent's own name for its question, 1 to `DEDUP_KEY_MAX_CHARS`
+  printable characters with no spaces or control characters. Packets of one fleet that send the
+  same key ask the same question, whatever their words; otherwise the normalised question
+  (`question_key`: case, spacing and punctuation set aside) decides.
 - A packet is not a transcript: no transcript-like fields, at most `LIST_MAX_ITEMS` entries a list,
   and each free-text entry at most `ENTRY_MAX_CHARS` characters and `ENTRY_MAX_LINES` lines, with
   no more than one line opening with a speaker (`assistant:`, `user:`, ...).
@@ -24,6 +28,7 @@ every field shares in `escalations.packet_fields`.
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +47,7 @@ from escalations.packet_fields import (
     NOT_TRANSCRIPT,
     PacketError,
     all_valid,
+    bad_string,
     bounded_list,
     field_loc,
     free_text,
@@ -59,6 +65,7 @@ __all__ = [
     "LIST_MAX_ITEMS",
     "NAME_MAX_CHARS",
     "PACKET_MAX_BYTES",
+    "DEDUP_KEY_MAX_CHARS",
     "QUESTION_MAX_CHARS",
     "SOURCE_MAX_CHARS",
     "TRANSCRIPT_FIELDS",
@@ -66,11 +73,14 @@ __all__ = [
     "PacketError",
     "RuledOut",
     "packet_size",
+    "question_key",
+    "same_question",
     "validate_packet",
 ]
 
 PACKET_MAX_BYTES = 64 * 1024
 QUESTION_MAX_CHARS = 500
+DEDUP_KEY_MAX_CHARS = 200
 
 FIELDS = (
     "task",
@@ -80,8 +90,9 @@ FIELDS = (
     "smallest_unblocking_question",
     "options",
     "urgency",
+    "dedup_key",
 )
-OPTIONAL_FIELDS = ("options", "urgency")
+OPTIONAL_FIELDS = ("options", "urgency", "dedup_key")
 URGENCIES = ("low", "normal", "high")
 TRANSCRIPT_FIELDS = frozenset(
     {
@@ -120,6 +131,7 @@ class Packet:
     smallest_unblocking_question: str
     options: tuple[str, ...] = field(default=())
     urgency: str = ""  # low, normal or high: how soon the fleet's due times want an answer
+    dedup_key: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The packet as it is stored and shown: the shape the agent sent, text trimmed."""
@@ -134,7 +146,28 @@ class Packet:
             content["options"] = list(self.options)
         if self.urgency:
             content["urgency"] = self.urgency
+        if self.dedup_key:
+            content["dedup_key"] = self.dedup_key
         return content
+
+
+def question_key(question: str) -> str:
+    """The question with case, spacing and punctuation set aside: two agents asking the same
+    thing in slightly different typing get the same key ("Which tier source?" and
+    "which  tier source ?")."""
+    folded = unicodedata.normalize("NFKC", question).casefold()
+    kept = "".join(
+        " " if unicodedata.category(ch).startswith(("P", "Z", "C", "S")) else ch for ch in folded
+    )
+    return " ".join(kept.split())[:500]
+
+
+def same_question(*, key: str, dedup_key: str, other_key: str, other_dedup_key: str) -> bool:
+    """Do two packets ask the same question? The same `dedup_key` says so whatever the words;
+    two different `dedup_key`s say not, whatever the words; else the normalised questions."""
+    if dedup_key and other_dedup_key:
+        return dedup_key == other_dedup_key
+    return bool(key) and key == other_key
 
 
 def packet_size(raw: object) -> int:
@@ -171,6 +204,7 @@ def validate_packet(raw: object, *, loc: str = "packet") -> Packet | list[Packet
     question = _question(raw, f"{loc}.smallest_unblocking_question", errors)
     options = _options(raw, f"{loc}.options", errors)
     urgency = _urgency(raw, f"{loc}.urgency", errors)
+    dedup_key = _dedup_key(raw, f"{loc}.dedup_key", errors)
     if errors:
         return errors
     assert task is not None and tried is not None and ruled_out is not None
@@ -183,6 +217,7 @@ def validate_packet(raw: object, *, loc: str = "packet") -> Packet | list[Packet
         smallest_unblocking_question=question,
         options=options,
         urgency=urgency,
+        dedup_key=dedup_key or "",
     )
 
 
@@ -197,6 +232,29 @@ def _urgency(raw: Mapping[Any, Any], where: str, errors: list[PacketError]) -> s
         PacketError(where, f"is {shown}; urgency is one of low, normal or high (or leave it out)")
     )
     return ""
+
+
+def _dedup_key(raw: Mapping[Any, Any], where: str, errors: list[PacketError]) -> str | None:
+    if "dedup_key" not in raw:
+        return ""
+    hint = (
+        f"name the question in 1 to {DEDUP_KEY_MAX_CHARS} characters without spaces "
+        "(packets that send the same key wait on one answer), or omit dedup_key"
+    )
+    value = raw["dedup_key"]
+    if not isinstance(value, str):
+        errors.append(PacketError(where, f"must be a string, not {json_kind(value)}: {hint}"))
+        return None
+    if not value:
+        errors.append(PacketError(where, f"is empty: {hint}"))
+        return None
+    if len(value) > DEDUP_KEY_MAX_CHARS:
+        errors.append(PacketError(where, f"is {len(value):,} characters: {hint}"))
+        return None
+    if any(ch.isspace() or not ch.isprintable() for ch in value) or bad_string(value, where):
+        errors.append(PacketError(where, f"contains a space or a control character: {hint}"))
+        return None
+    return value
 
 
 def _unknown_fields(raw: Mapping[Any, Any], loc: str) -> list[PacketError]:

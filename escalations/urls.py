@@ -37,6 +37,7 @@ urlpatterns = [
     path("escalations/<int:escalation_id>/reroute/", answer.reroute, name="reroute"),
     path("escalations/<int:escalation_id>/return/", answer.return_packet, name="return"),
     path("escalations/<int:escalation_id>/abort/", answer.abort, name="abort"),
+    path("escalations/<int:escalation_id>/split/", answer.split, name="split"),
     path(
         "escalations/<int:escalation_id>/claims/<int:claim_id>/",
         packet.claim_row,

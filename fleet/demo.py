@@ -6,15 +6,17 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from escalations.models import Escalation, RoutingRule
+from escalations.models import Answer, Escalation, FailurePacket, JoinedTask, RoutingRule
 from escalations.selectors.radius import radii_for
 from escalations.services import messages, routing
-from fleet import services
+from fleet import outbox, services
+from fleet.broker import after_commit
 from fleet.celery import app as celery_app
-from fleet.models import Fleet, Membership
+from fleet.models import Delivery, Event, Fleet, Membership
 from fleet.stories import (
     Story,
     all_green,
@@ -24,8 +26,10 @@ from fleet.stories import (
     hung_test_run,
     play,
     recent,
+    shared_question,
     tier_thresholds,
 )
+from fleet.tasks import deliver
 from runs.models import Blocker, Claim, Halt, Run
 
 FLEET = "demo"
@@ -38,6 +42,7 @@ STORIES: tuple[tuple[Story, str], ...] = (
     (hung_test_run.STORY, hung_test_run.RUN),
     (halted_consumer.STORY, halted_consumer.RUN),
     (tier_thresholds.STORY, tier_thresholds.RUN),
+    (shared_question.STORY, shared_question.RUN),
 )
 
 
@@ -103,6 +108,22 @@ def emails_go() -> str:
     return f"handed to {backend}"
 
 
+@transaction.atomic
+def reset() -> bool:
+    """Delete the demo fleet and everything it recorded (runs, escalations, events, deliveries),
+    so that `load` plays the stories afresh; other fleets, users and the environment stay."""
+    fleet = Fleet.objects.filter(name=FLEET).first()
+    if fleet is None:
+        return False
+    # What protects the fleet's agents and people goes first; the rest follows the fleet.
+    Answer.objects.filter(escalation__fleet=fleet).delete()
+    FailurePacket.objects.filter(task__run__fleet=fleet).delete()
+    Run.objects.filter(fleet=fleet).delete()
+    Event.objects.filter(fleet=fleet).delete()
+    fleet.delete()
+    return True
+
+
 def load() -> dict[str, Any]:
     """Load what is missing; a story whose run exists is left as it is."""
     fleet = fleet_and_people()
@@ -112,15 +133,23 @@ def load() -> dict[str, Any]:
     now = timezone.now()
     eager = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
+    # The notifications are recorded at story time and sent by the worker once the web server
+    # is up: each try is logged when it really happened, not at story time.
     try:
         played = []
-        for story, run in STORIES:
-            if not Run.objects.filter(fleet=fleet, key=run).exists():
-                # Live stories happened just now; the past run keeps its dates.
-                play(fleet, story, steps=DEMO_STEPS.get(story.name), start=recent(story, now))
-                played.append(story.name)
+        with outbox.sending_held():
+            for story, run in STORIES:
+                if not Run.objects.filter(fleet=fleet, key=run).exists():
+                    # Live stories happened just now; the past run keeps its dates.
+                    play(fleet, story, steps=DEMO_STEPS.get(story.name), start=recent(story, now))
+                    played.append(story.name)
     finally:
         celery_app.conf.task_always_eager = eager
+    # What the stories recorded goes out now, through the broker: the worker sends it once the
+    # web server that receives it is up, each try logged when it is made.
+    pending = Delivery.objects.filter(fleet=fleet, status=Delivery.Status.PENDING, log__isnull=True)
+    for delivery_id in pending.order_by("created_at", "id").values_list("pk", flat=True):
+        after_commit(deliver, delivery_id)
     runs = dict(Run.objects.filter(fleet=fleet).values_list("key", "pk"))
 
     def page(key: str) -> str:
@@ -151,6 +180,9 @@ def load() -> dict[str, Any]:
             f"the halted consumer ({halted_now(fleet)})": page(halted_consumer.RUN),
             f"the tier thresholds ({drafted_now(fleet, tier_thresholds.RUN)})": escalation_page(
                 fleet, tier_thresholds.RUN
+            ),
+            f"one question, two tasks ({shared_now(fleet)})": escalation_page(
+                fleet, shared_question.RUN
             ),
             "the reports (as manager)": "/reports/",
         },
@@ -226,6 +258,16 @@ def drafted_now(fleet: Fleet, run_key: str) -> str:
 def escalation_page(fleet: Fleet, run_key: str) -> str:
     escalation = Escalation.objects.filter(fleet=fleet, run__key=run_key).order_by("-id").first()
     return f"/escalations/{escalation.pk}/" if escalation else "/escalations/"
+
+
+def shared_now(fleet: Fleet) -> str:
+    escalation = Escalation.objects.filter(fleet=fleet, run__key=shared_question.RUN).first()
+    if escalation is None:
+        return "not loaded"
+    waiting = 1 + JoinedTask.objects.filter(escalation=escalation, left_at__isnull=True).count()
+    if escalation.status not in Escalation.OPEN_STATES:
+        return f"escalation {escalation.pk} is {escalation.status}"
+    return f"escalation {escalation.pk}: {waiting} tasks wait on its one answer"
 
 
 def run_state_now(fleet: Fleet, run_key: str) -> str:

@@ -1,6 +1,9 @@
 """Outbound notifications: written to the outbox in the caller's transaction, sent after commit."""
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +30,20 @@ EVENT_TYPES = (
 )
 
 
+# While held, notifications are recorded but not sent at once: the reconciler sends what is due
+# (the demo loads its stories before the web server that receives them is up).
+_held: ContextVar[bool] = ContextVar("outbox_sending_held", default=False)
+
+
+@contextmanager
+def sending_held() -> Iterator[None]:
+    token = _held.set(True)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+
+
 def notify(
     fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None
 ) -> Delivery | None:
@@ -42,5 +59,6 @@ def notify(
         payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
         next_attempt_at=now,
     )
-    after_commit(tasks.deliver, delivery.pk)
+    if not _held.get():
+        after_commit(tasks.deliver, delivery.pk)
     return delivery

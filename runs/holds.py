@@ -13,15 +13,25 @@ def place(*, task: Task, code: str, at: datetime) -> None:
     )
 
 
-def lift(*, run: Run | int, codes: Iterable[str], at: datetime, clear: bool = True) -> None:
+def lift(
+    *,
+    run: Run | int,
+    codes: Iterable[str],
+    at: datetime,
+    clear: bool = True,
+    task: Task | None = None,
+) -> None:
     """Lift the holds and, unless `clear` is False, clear at once the blockers they set (the
-    checkpoint says when); otherwise the frontier's next recompute clears them."""
+    checkpoint says when); otherwise the frontier's next recompute clears them. With `task`,
+    only that task's: several tasks of a run can wait on one escalation (the same question)."""
     codes = list(codes)
-    Hold.objects.filter(task__run=run, code__in=codes, lifted_at__isnull=True).update(lifted_at=at)
+    holds = Hold.objects.filter(task__run=run, code__in=codes, lifted_at__isnull=True)
+    blockers = Blocker.objects.filter(task__run=run, code__in=codes, cleared_at__isnull=True)
+    if task is not None:
+        holds, blockers = holds.filter(task=task), blockers.filter(task=task)
+    holds.update(lifted_at=at)
     if clear:
-        Blocker.objects.filter(task__run=run, code__in=codes, cleared_at__isnull=True).update(
-            cleared_at=at
-        )
+        blockers.update(cleared_at=at)
 
 
 def held(run: Run) -> dict[str, list[str]]:

@@ -47,6 +47,7 @@ def answer_reframe(
     question: str,
     answer: str,
     at: datetime,
+    claim_key: str = "",
 ) -> Reframed:
     """A reviewer's answer: a verified claim, ground truth for a reframed next attempt.
 
@@ -58,7 +59,7 @@ def answer_reframe(
     evidence = answered(
         run_id=run.pk,
         task=task,
-        key=f"answer.escalation-{escalation}",
+        key=claim_key or f"answer.escalation-{escalation}",
         statement=f"{question} — {answer}",
         reason=f"verified: answered by {reviewer}, a reviewer",
         who=who,
@@ -90,7 +91,7 @@ def answer_reframe(
         acted_at=at,
     )
     task_state.back_to_pending(task)
-    holds.lift(run=run, codes=[hold], at=at)
+    holds.lift(run=run, codes=[hold], at=at, task=task)
     # The answer is the truth the task's refuted claims lacked: it takes their place.
     supersede_refuted(
         task=task,
@@ -145,7 +146,7 @@ def person_reroute(
         acted_at=at,
     )
     task_state.back_to_pending(task, agent=to)
-    holds.lift(run=run, codes=[hold], at=at)
+    holds.lift(run=run, codes=[hold], at=at, task=task)
     notify(
         run.fleet,
         "task.rerouted",

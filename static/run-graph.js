@@ -15,6 +15,8 @@
   };
 
   var FILLS = { ready: "#e6f4f6", succeeded: "#e3f1e4", cancelled: "#f0f0f0" };
+  // 11px labels drawn at this zoom or more read at 10px or more.
+  var READABLE_ZOOM = 0.9;
 
   function draw() {
     var container = document.getElementById("graph");
@@ -26,6 +28,9 @@
       return;
     }
     if (typeof cytoscapeDagre !== "undefined") cytoscape.use(cytoscapeDagre);
+    // On a phone the graph runs top to bottom and is never shrunk below a readable size: the
+    // reader drags it to move around rather than squinting at a whole graph 390 px wide.
+    var narrow = container.clientWidth < 640;
     data.nodes.forEach(function (n) {
       var d = n.data;
       d.caption = d.label + "\n" + d.state + (d.blockers.length ? "\n" + d.blockers.join("\n") : "");
@@ -73,9 +78,27 @@
           }
         }
       ],
-      layout: { name: typeof cytoscapeDagre !== "undefined" ? "dagre" : "breadthfirst", rankDir: "LR", nodeSep: 20, rankSep: 60 }
+      layout: { name: "preset" }
     });
-    container.dataset.drawn = String(cy.nodes().length);
+    var layout = cy.layout({
+      name: typeof cytoscapeDagre !== "undefined" ? "dagre" : "breadthfirst",
+      rankDir: narrow ? "TB" : "LR",
+      nodeSep: 20,
+      rankSep: narrow ? 40 : 60,
+      fit: true,
+      padding: 10
+    });
+    layout.one("layoutstop", function () {
+      if (narrow && cy.zoom() < READABLE_ZOOM) {
+        // Start at the top left (where the run begins), at a size one can read.
+        var box = cy.elements().boundingBox();
+        cy.zoom(READABLE_ZOOM);
+        cy.pan({ x: 8 - box.x1 * READABLE_ZOOM, y: 8 - box.y1 * READABLE_ZOOM });
+      }
+      container.dataset.zoom = cy.zoom().toFixed(2);
+      container.dataset.drawn = String(cy.nodes().length);
+    });
+    layout.run();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);

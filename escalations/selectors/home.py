@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from escalations.models import Escalation
+from escalations.models import Escalation, JoinedTask
 from escalations.selectors.capabilities import capability_board
 from fleet.access import member_fleet_ids
 from runs.models import Run, Task
@@ -16,8 +16,12 @@ def waiting_summary(user: Any, *, now: datetime) -> dict[str, Any]:
         fleet_id__in=fleet_ids, status__in=Escalation.OPEN_STATES
     ).select_related("run", "task", "task__agent", "packet", "claimed_by")
     oldest = list(waiting.order_by("opened_at", "id")[:3])
+    joined = JoinedTask.objects.filter(left_at__isnull=True, escalation__in=waiting).count()
+    count = waiting.count()
     return {
-        "waiting": waiting.count(),
+        "waiting": count,
+        "tasks": count + joined,
+        "joined": joined,
         "oldest": [
             {
                 "escalation": e,

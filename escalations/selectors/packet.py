@@ -9,6 +9,7 @@ from escalations.packet_draft import missing_fields
 from escalations.selectors.attempts import claims_of_task, recorded_attempts
 from escalations.selectors.evidence import evidence_rows
 from escalations.selectors.radius import radii_for
+from escalations.selectors.waiting import tasks_waiting
 from escalations.services.messages import shown_target
 from fleet.models import Agent, Delivery
 from runs import frontier, scheduler
@@ -16,12 +17,14 @@ from runs.models import Artifact, Claim, Decision, Evidence, Run, Task
 from runs.release import released_by
 
 
-def release_preview(escalation: Escalation) -> list[str]:
-    """The tasks an answer would release now (what `escalation_answer` will compute)."""
-    run = escalation.run
+def release_preview(escalation: Escalation, task: Task | None = None) -> list[str]:
+    """The tasks an answer would release now (what `escalation_answer` will compute), for the
+    escalation's task or for `task`, one that joined it."""
+    task = task or escalation.task
+    run = task.run
     nodes = scheduler.nodes_for(run)
     world = scheduler.world_for(run)
-    key = escalation.task.key
+    key = task.key
     if key not in nodes:
         return []
     nodes[key] = replace(nodes[key], state="pending")
@@ -32,7 +35,7 @@ def release_preview(escalation: Escalation) -> list[str]:
     # The answer takes the place of the task's refuted load-bearing claims (supersede_refuted).
     claims = dict(world.claims)
     for claim in Claim.objects.filter(
-        task=escalation.task, status=Claim.Status.REFUTED, load_bearing=True
+        task=task, status=Claim.Status.REFUTED, load_bearing=True
     ).values_list("key", flat=True):
         claims[claim] = frontier.ClaimView(status=Claim.Status.VERIFIED, load_bearing=True)
     return released_by(nodes, replace(world, escalations=escalations, claims=claims), key)
@@ -51,11 +54,29 @@ def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
     claim_rows = [claim_view(c, radii.get(c.key)) for c in claims]
     answer = Answer.objects.filter(escalation=escalation).select_related("reviewer").first()
     is_open = escalation.status in Escalation.OPEN_STATES
+    waiting = tasks_waiting(escalation)
     if is_open and run.state == Run.State.RUNNING:
         release = release_preview(escalation)
+        for row in waiting[1:]:
+            joined = Task.objects.select_related("run").get(pk=row["id"])
+            if joined.run.state == Run.State.RUNNING:
+                release += [
+                    k if joined.run_id == run.pk else f"{joined.run.key}/{k}"
+                    for k in release_preview(escalation, joined)
+                ]
     else:
         release = list(answer.released) if answer else []
+    reframed = {w["task"] if w["run"] == run.key else f"{w['run']}/{w['task']}" for w in waiting}
     agents = dict(Task.objects.filter(run=run, key__in=release).values_list("key", "agent__name"))
+    for shown in release:
+        if "/" in shown:
+            other_run, key = shown.split("/", 1)
+            agents[shown] = (
+                Task.objects.filter(run__fleet_id=run.fleet_id, run__key=other_run, key=key)
+                .values_list("agent__name", flat=True)
+                .first()
+                or ""
+            )
     tried = [str(t) for t in content.get("tried") or []]
     return {
         "question": content.get("smallest_unblocking_question") or "",
@@ -70,7 +91,11 @@ def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
         "checks_pending": bool(packet and packet.checks_pending),
         "options": [str(o) for o in content.get("options") or []],
         "claims": claim_rows,
-        "release": [{"key": k, "agent": agents.get(k, "")} for k in release],
+        "release": [
+            {"key": k, "agent": agents.get(k, ""), "reframed": k in reframed} for k in release
+        ],
+        "waiting": waiting,
+        "joined_count": len(waiting) - 1,
         "blast": blast_of(run, claim_rows),
         "answer": answer,
         "history": history_of(escalation),

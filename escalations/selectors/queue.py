@@ -8,10 +8,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
-from escalations.models import Escalation, PoolMember
+from escalations.models import Escalation, JoinedTask, PoolMember
 from escalations.routing import overdue
+from escalations.selectors.waiting import shown_status
 from fleet.access import member_fleets
 from fleet.models import Agent, Capability, Fleet, Membership
 
@@ -112,10 +114,15 @@ class QueuePage:
     waiting: int  # matching the filters, capped at COUNT_CAP + 1
     next: Cursor | None
     previous: Cursor | None
+    tasks: int = 0  # the tasks waiting on them: each escalation's own and those that joined it
 
     @property
     def waiting_label(self) -> str:
         return f"{COUNT_CAP:,}+" if self.waiting > COUNT_CAP else f"{self.waiting:,}"
+
+    @property
+    def tasks_label(self) -> str:
+        return f"{COUNT_CAP:,}+" if self.waiting > COUNT_CAP else f"{self.tasks:,}"
 
 
 QUEUE_COLUMNS = (
@@ -140,7 +147,21 @@ QUEUE_COLUMNS = (
     "tier",
     "last_tier",
     "due_at",
+    "outcome",
+    "joined_waiting",
 )
+
+
+def with_joined(found: QuerySet[Escalation]) -> QuerySet[Escalation]:
+    """Each escalation with the count of the tasks that joined it and still wait."""
+    waiting = (
+        JoinedTask.objects.filter(escalation=OuterRef("pk"), left_at__isnull=True)
+        .order_by()
+        .values("escalation")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return found.annotate(joined_waiting=Coalesce(Subquery(waiting), 0))
 
 
 def visible_escalations(user: Any) -> QuerySet[Escalation]:
@@ -229,7 +250,7 @@ def escalation_queue(
         page = found
     ascending = newest == backwards
     order = ("opened_at", "id") if ascending else ("-opened_at", "-id")
-    rows = list(page.order_by(*order).values(*QUEUE_COLUMNS)[: limit + 1])
+    rows = list(with_joined(page).order_by(*order).values(*QUEUE_COLUMNS)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     if backwards:
@@ -240,9 +261,16 @@ def escalation_queue(
     last = Cursor(rows[-1]["opened_at"], rows[-1]["id"]) if rows else None
     has_next = more if not backwards else True
     has_previous = (more if backwards else cursor is not None) and bool(rows)
+    waiting = found.values("id")[: COUNT_CAP + 1].count()
+    joined = 0
+    if waiting <= COUNT_CAP:
+        joined = JoinedTask.objects.filter(
+            left_at__isnull=True, escalation__in=found.values("id")
+        ).count()
     return QueuePage(
         rows=rows,
-        waiting=found.values("id")[: COUNT_CAP + 1].count(),
+        waiting=waiting,
+        tasks=waiting + joined,
         next=last if has_next and rows else None,
         previous=first if has_previous else None,
     )
@@ -265,11 +293,12 @@ def shown(row: dict[str, Any], now: datetime) -> dict[str, Any]:
         row["assignee"] is None and row["tier"] > 1 and row["tier"] >= row["last_tier"]
     )
     row["overdue"] = row["status"] in Escalation.OPEN_STATES and overdue(row["due_at"], now)
+    row["status_label"] = shown_status(row["status"], row["outcome"])
     return row
 
 
 def queue_row(escalation_id: int, *, now: datetime) -> dict[str, Any] | None:
-    row = Escalation.objects.filter(pk=escalation_id).values(*QUEUE_COLUMNS).first()
+    row = with_joined(Escalation.objects.filter(pk=escalation_id)).values(*QUEUE_COLUMNS).first()
     return shown(row, now) if row else None
 
 

@@ -151,6 +151,10 @@ def handoffs_for_fleet(
         tasks[name] = rule.TaskFact(key=name, agent=str(agent_id), started_at=None)
         agents[str(agent_id)] = (fleet, agent)
     found = rule.handoffs(claims=facts, tasks=tasks, uses=uses, now=now or timezone.now())
+    named = {
+        key(run_id, claim): {"run_id": run_id, "key": claim, "id": pk, "statement": statement}
+        for run_id, claim, pk, statement in claims.values_list("run_id", "key", "id", "statement")
+    }
     rows = [
         {
             "fleet": agents[h.producer][0],
@@ -160,6 +164,8 @@ def handoffs_for_fleet(
             "checkable": h.checkable,
             "refuted": h.refuted,
             "median_unchecked_minutes": h.median_unchecked_minutes,
+            # Each claim that crossed without checkable evidence, to link to where it is shown.
+            "unchecked": [named[k] for k in h.unchecked if k in named],
         }
         for h in found
     ]

@@ -46,9 +46,37 @@ def report_runs(
                 "fleet": run.fleet.name,
                 **reports.run_summary(radii, statuses),
                 "late_disasters": late,
+                "late_claims": late_claims(run, late, radii),
             }
         )
     return rows
+
+
+def late_claims(run: Run, keys: Sequence[str], radii: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each late disaster with what a manager needs to act on it: the claim (its id, for the
+    link), the boundary it crossed unchecked (producer agent → the agents it reached) and the
+    artifacts it reached."""
+    found = []
+    for claim in Claim.objects.filter(run=run, key__in=list(keys)).select_related("task__agent"):
+        reached = radii.get(claim.key, {}) or {}
+        agents = sorted(
+            set(
+                Task.objects.filter(run=run, key__in=list(reached.get("tasks", ())))
+                .exclude(agent=claim.task.agent)
+                .values_list("agent__name", flat=True)
+            )
+        )
+        found.append(
+            {
+                "id": claim.pk,
+                "key": claim.key,
+                "statement": claim.statement,
+                "producer": claim.task.agent.name,
+                "consumers": agents,
+                "artifacts": reached.get("artifacts", 0),
+            }
+        )
+    return found
 
 
 def escalation_rows(fleet_ids: Sequence[int], *, since: datetime | None) -> list[dict[str, Any]]:

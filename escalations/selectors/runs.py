@@ -4,7 +4,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from escalations.models import Escalation
+from escalations.models import Escalation, JoinedTask
 from escalations.packet_draft import missing_fields
 from escalations.selectors.radius import radii_for
 from fleet.access import member_fleet_ids
@@ -74,6 +74,23 @@ def waiting_escalations(run: Run) -> dict[str, dict[str, Any]]:
             "drafted": packet is not None and packet.drafted,
             "missing": missing,
             "note": note,
+            "joined": False,
+        }
+    # A task that joined another task's escalation waits on that one (of this run or another).
+    for joined in JoinedTask.objects.filter(
+        task__run=run, left_at__isnull=True, escalation__status__in=Escalation.OPEN_STATES
+    ).select_related("task", "escalation", "escalation__packet"):
+        shared = joined.escalation
+        found[joined.task.key] = {
+            "id": shared.pk,
+            "status": shared.status,
+            "question": (shared.packet.smallest_unblocking_question or None)
+            if shared.packet
+            else None,
+            "drafted": False,
+            "missing": [],
+            "note": None,
+            "joined": True,
         }
     return found
 

@@ -15,6 +15,7 @@ from escalations.services.decisions import (
     escalation_reroute,
     escalation_return,
 )
+from escalations.services.joining import escalation_split
 from escalations.services.packet import packet_submit
 from escalations.services.state import (
     PACKET_FIELDS,
@@ -41,6 +42,7 @@ __all__ = [
     "escalation_looked_at",
     "escalation_release",
     "escalation_reroute",
+    "escalation_split",
     "escalation_return",
     "outcome_of",
     "packet_submit",

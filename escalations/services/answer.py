@@ -6,13 +6,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from escalations.models import Answer, Escalation
+from escalations.models import Answer, Escalation, JoinedTask
+from escalations.services import joining
 from escalations.services.state import (
     ANSWER_MAX_CHARS,
     AlreadyActed,
     close,
     hold_of,
-    lock_for_action,
     options_of,
     question_of,
     refuse_unless_open,
@@ -21,7 +21,7 @@ from escalations.services.state import (
 from fleet.errors import Refusal
 from fleet.outbox import notify
 from runs import human_decisions
-from runs.models import Run, Task
+from runs.models import Claim, Run, Task
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def escalation_answer(
     """
     text, option = text.strip(), (option or "").strip()
     now = timezone.now()
-    run, task, escalation = lock_for_action(escalation.pk)
+    run, task, escalation, joined = lock_for_answer(escalation.pk)
     refuse_unless_open(escalation, reviewer, now)
     refuse_unless_answerable(run, task, escalation, text=text, option=option)
     answer_text = answer_text_of(text, option)
@@ -96,7 +96,18 @@ def escalation_answer(
         answer=answer_text,
         at=now,
     )
-    answer.released = reframed.released
+    released = list(reframed.released)
+    answered = [{"run": run.key, "task": task.key}]
+    for row in joined:
+        other = release_joined(
+            row, run=run, escalation=escalation, reviewer=reviewer, answer=answer_text, at=now
+        )
+        if other is None:
+            continue
+        answered.append({"run": row.task.run.key, "task": row.task.key})
+        released += [k if row.task.run_id == run.pk else f"{row.task.run.key}/{k}" for k in other]
+    released = list(dict.fromkeys(released))  # two tasks of one run may release the same one
+    answer.released = released
     answer.save(update_fields=["released"])
     notify(
         run.fleet,
@@ -108,7 +119,117 @@ def escalation_answer(
             "question": question,
             "answer": answer_text,
             "by": f"reviewer:{reviewer.get_username()}",
-            "released": reframed.released,
+            "released": released,
+            "tasks": answered,
         },
     )
-    return Answered(answer=answer, released=reframed.released, blockers=reframed.blockers)
+    return Answered(answer=answer, released=released, blockers=reframed.blockers)
+
+
+class JoinsChanged(Exception):
+    """A task joined (or left) between reading the escalation's tasks and locking them."""
+
+
+def lock_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[JoinedTask]]:
+    """Every run, then every task waiting on the escalation (its own and the joined ones), then
+    the escalation: the order the work and the desk lock in, so an answer and a join (or a
+    split) wait for each other instead of deadlocking. A join that slips in between the read and
+    the locks rolls the locks back and the read is done again."""
+    for _ in range(10):
+        try:
+            with transaction.atomic():
+                return locked_for_answer(escalation_id)
+        except JoinsChanged:
+            continue
+    raise Refusal("Tasks keep joining this escalation: answer it again in a moment.", status=409)
+
+
+def locked_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[JoinedTask]]:
+    run_id, task_id = Escalation.objects.values_list("run_id", "task_id").get(pk=escalation_id)
+    waiting = JoinedTask.objects.filter(escalation_id=escalation_id, left_at__isnull=True)
+    before = sorted(waiting.values_list("task_id", "task__run_id"))
+    run_ids = sorted({run_id, *(r for _, r in before)})
+    task_ids = sorted({task_id, *(t for t, _ in before)})
+    runs = {
+        r.pk: r
+        for r in Run.objects.select_for_update(of=("self",))
+        .select_related("fleet")
+        .filter(pk__in=run_ids)
+        .order_by("pk")
+    }
+    tasks = {
+        t.pk: t
+        for t in Task.objects.select_for_update(of=("self",))
+        .select_related("agent")
+        .filter(pk__in=task_ids)
+        .order_by("pk")
+    }
+    escalation = (
+        Escalation.objects.select_for_update(of=("self",))
+        .select_related("claimed_by", "packet")
+        .get(pk=escalation_id)
+    )
+    if sorted(waiting.values_list("task_id", "task__run_id")) != before:
+        raise JoinsChanged
+    joined = list(waiting.select_related("packet").order_by("joined_at", "id"))
+    for row in joined:
+        row.task = tasks[row.task_id]
+        row.task.run = runs[row.task.run_id]
+    return runs[run_id], tasks[task_id], escalation, joined
+
+
+def release_joined(
+    row: JoinedTask, *, run: Run, escalation: Escalation, reviewer: Any, answer: str, at: Any
+) -> list[str] | None:
+    """The answer reframes a joined task too, with its own question; a task whose run is over
+    (or that no longer waits) leaves without it. Returns what it released, or None."""
+    task, its_run = row.task, row.task.run
+    if its_run.state != Run.State.RUNNING or task.state != Task.State.ESCALATED:
+        joining.leave(
+            row,
+            left=JoinedTask.Left.CLOSED,
+            note=f"not answered: {task.key} is {task.state} and its run {its_run.state}",
+            at=at,
+        )
+        return None
+    question = (row.packet.smallest_unblocking_question if row.packet else "") or question_of(
+        escalation
+    )
+    base = f"answer.escalation-{escalation.pk}"
+    key = base
+    if Claim.objects.filter(run=its_run, key=base).exists():
+        key = f"{base}.{task.key}" if len(base) + len(task.key) < 200 else f"{base}.task-{task.pk}"
+    reframed = human_decisions.answer_reframe(
+        run=its_run,
+        task=task,
+        hold=hold_of(escalation),
+        escalation=escalation.pk,
+        reviewer=reviewer.get_username(),
+        question=question,
+        answer=answer,
+        at=at,
+        claim_key=key,
+    )
+    joining.leave(
+        row,
+        left=JoinedTask.Left.ANSWERED,
+        note=f"answered by {reviewer.get_username()} with {escalation.task.key}",
+        at=at,
+        lift=False,
+    )
+    if its_run.pk != run.pk:
+        notify(
+            its_run.fleet,
+            "escalation.answered",
+            {
+                "escalation": escalation.pk,
+                "run": its_run.key,
+                "task": task.key,
+                "question": question,
+                "answer": answer,
+                "by": f"reviewer:{reviewer.get_username()}",
+                "released": reframed.released,
+                "joined": True,
+            },
+        )
+    return reframed.released

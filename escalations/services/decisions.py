@@ -6,6 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from escalations.models import Escalation, FailurePacket
+from escalations.services import joining
 from escalations.services.state import (
     NOTE_MAX_CHARS,
     PACKET_FIELDS,
@@ -54,7 +55,11 @@ def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, not
     escalation.returned_reason = (
         f"Rerouted to {target.name} by {reviewer.get_username()}\n{note[:NOTE_MAX_CHARS]}"
     )
+    escalation.outcome = Escalation.Outcome.REROUTED
     close(escalation, reviewer, Escalation.Status.CLOSED, now)
+    joining.hand_over(
+        escalation, why=f"{task.key} was rerouted by {reviewer.get_username()}", at=now
+    )
     return decision
 
 
@@ -73,6 +78,11 @@ def escalation_return(
         raise Refusal(f"Say what is missing from {field}: the agent reads it.", status=422)
     escalation.returned_reason = f"{field}: {note[:NOTE_MAX_CHARS]}"
     close(escalation, reviewer, Escalation.Status.RETURNED, now)
+    joining.hand_over(
+        escalation,
+        why=f"{reviewer.get_username()} returned {task.key}'s packet to its agent",
+        at=now,
+    )
     # The same packet sent back unchanged is refused, naming this note.
     if escalation.packet_id is not None:
         FailurePacket.objects.filter(pk=escalation.packet_id).update(
@@ -124,9 +134,14 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
     others = Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).exclude(
         pk=escalation.pk
     )
+    other_ids = list(others.values_list("pk", flat=True))
     closed = close_all(
         others, reviewer, f"Closed: run {run.key} failed when {user} aborted {task.key}", now, run
     )
+    # The tasks of other runs that joined them still wait for an answer: on new escalations.
+    for other in Escalation.objects.filter(pk__in=other_ids).select_related("task", "run"):
+        joining.hand_over(other, why=f"run {run.key} failed", at=now)
+    joining.leave_run(run, why=f"run {run.key} failed when {user} aborted {task.key}", at=now)
     escalation.returned_reason = "\n".join(
         [
             f"Aborted by {user}: {reason}; {run_fails}",
@@ -134,7 +149,9 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
             *([f"Closed with it: {', '.join(closed)}"] if closed else []),
         ]
     )
+    escalation.outcome = Escalation.Outcome.ABORTED
     close(escalation, reviewer, Escalation.Status.CLOSED, now)
+    joining.hand_over(escalation, why=f"{user} aborted {task.key}", at=now)
     return aborted.decision
 
 

@@ -5,17 +5,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from escalations.models import Escalation, FailurePacket
+from escalations.models import Escalation, FailurePacket, JoinedTask
 from escalations.packet_draft import DRAFTED_FIELDS, missing_fields
-from escalations.packets import Packet, validate_packet
+from escalations.packets import Packet, question_key, validate_packet
 from escalations.selectors.attempts import draft_for
-from escalations.services import packet_checks, routing
-from escalations.services.state import open_escalation, reopen
+from escalations.services import joining, packet_checks, routing
+from escalations.services.state import close, hold_of, lock_escalation, open_escalation, reopen
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
 from fleet.outbox import notify
-from runs import scheduler, task_state
-from runs.models import Attempt, Decision, Task
+from runs import holds, scheduler, task_state
+from runs.models import Attempt, Decision, Run, Task
 from runs.ownership import refuse_unless_own, run_for, task_for
 
 
@@ -52,6 +52,9 @@ def packet_submit(
     except Refusal as exc:
         raise Refusal(exc.errors + packet_errors(packet, task), exc.status) from None
     refuse_unless_own(task=row, actor=actor, sender=sender)
+    joined = joining.waiting_join(row)
+    if joined is not None:
+        return packet_of_joined(found, row, joined, packet, actor=actor, at=at)
     escalation, action = escalation_for_packet(row)
     draft = escalation.packet if escalation is not None else None
     content, from_draft = completed(packet, draft if draft is not None and draft.drafted else None)
@@ -59,10 +62,7 @@ def packet_submit(
     if checked is None:
         raise Refusal(errors)
     refuse_another_tasks_key(checked, row)
-    if row.state in (Task.State.SUCCEEDED, Task.State.CANCELLED):
-        raise Refusal(
-            [error("data.task", f"task {row.key!r} is {row.state}; nothing to escalate")], 409
-        )
+    refuse_unless_waitable(row)
     if (
         escalation is not None
         and escalation.packet is not None
@@ -77,16 +77,19 @@ def packet_submit(
             "packet": "unchanged",
         }
     refuse_a_returned_packet(checked, row)
-    stored = FailurePacket.objects.create(
-        task=row,
-        agent=actor,
-        content=content,
-        smallest_unblocking_question=checked.smallest_unblocking_question,
-        submitted_at=at,
-        from_draft=from_draft,
-        checks_pending=bool(checked.evidence),
-    )
-    packet_checks.check_after_commit(stored)
+    stored = store_packet(row, actor, content, checked, at=at, from_draft=from_draft)
+    previous = escalation.packet if escalation is not None else None
+    alone = escalation is None or not joining.waiting_joined(escalation)
+    if action != "opened" and escalation is not None and not alone:
+        if not joining.asks_the_same(stored, previous):
+            # The question changed under the tasks that joined on it: they keep theirs.
+            joining.hand_over(escalation, why=f"{row.key} changed its question", at=at)
+    elif alone:
+        shared = joining.matching_escalation(
+            task=row, packet=stored, exclude=escalation.pk if escalation is not None else None
+        )
+        if shared is not None:
+            return join_shared(found, row, stored, shared, own=escalation, action=action, at=at)
     if escalation is None:
         escalation = open_escalation(
             run=found,
@@ -109,6 +112,112 @@ def packet_submit(
         notify_opened(escalation, checked, reopened=action == "reopened")
     scheduler.mark_changed(found, [row.key])
     return {"run": found.key, "task": row.key, "escalation": escalation.pk, "packet": action}
+
+
+def refuse_unless_waitable(row: Task) -> None:
+    if row.state in (Task.State.SUCCEEDED, Task.State.CANCELLED):
+        raise Refusal(
+            [error("data.task", f"task {row.key!r} is {row.state}; nothing to escalate")], 409
+        )
+
+
+def store_packet(
+    row: Task,
+    actor: Agent,
+    content: object,
+    checked: Packet,
+    *,
+    at: datetime,
+    from_draft: list[str],
+) -> FailurePacket:
+    stored = FailurePacket.objects.create(
+        task=row,
+        agent=actor,
+        content=content,
+        smallest_unblocking_question=checked.smallest_unblocking_question,
+        question_key=question_key(checked.smallest_unblocking_question),
+        dedup_key=checked.dedup_key,
+        submitted_at=at,
+        from_draft=from_draft,
+        checks_pending=bool(checked.evidence),
+    )
+    packet_checks.check_after_commit(stored)
+    return stored
+
+
+def join_shared(
+    found: Run,
+    row: Task,
+    stored: FailurePacket,
+    shared: Escalation,
+    *,
+    own: Escalation | None,
+    action: str,
+    at: datetime,
+) -> dict[str, Any]:
+    """The packet asks what `shared` asks: the task waits on it. Its own escalation, if it had
+    one waiting (Bulkhead's draft, or its earlier packet), closes saying where it went."""
+    if own is not None and own.status in Escalation.OPEN_STATES:
+        own.returned_reason = (
+            f"Joined escalation {shared.pk}: {row.key} asks the same question as "
+            f"{shared.task.key}\n{stored.smallest_unblocking_question}"
+        )
+        own.outcome = Escalation.Outcome.JOINED
+        own.packet = stored
+        own.save(update_fields=["returned_reason", "outcome", "packet"])
+        close(own, None, Escalation.Status.CLOSED, at)
+        holds.lift(run=found, codes=[hold_of(own)], at=at, task=row)
+    joining.join(escalation=shared, task=row, packet=stored, at=at)
+    return {
+        "run": found.key,
+        "task": row.key,
+        "escalation": shared.pk,
+        "packet": "joined",
+        "joined": {"run": shared.run.key, "task": shared.task.key},
+    }
+
+
+def packet_of_joined(
+    found: Run, row: Task, joined: JoinedTask, packet: Any, *, actor: Agent, at: datetime
+) -> dict[str, Any]:
+    """A packet from a task that waits on another task's escalation: the same packet again
+    changes nothing; a new one with the same question replaces its own; another question takes
+    it off that escalation, to one that asks it or one of its own."""
+    checked, errors = checked_packet(packet)
+    if checked is None:
+        raise Refusal(errors)
+    refuse_another_tasks_key(checked, row)
+    shared = joined.escalation
+    if joined.packet is not None and joined.packet.content == packet:
+        return {"run": found.key, "task": row.key, "escalation": shared.pk, "packet": "unchanged"}
+    stored = store_packet(row, actor, packet, checked, at=at, from_draft=[])
+    shared = lock_escalation(shared.pk)
+    current = shared.packet
+    if shared.status in Escalation.OPEN_STATES and joining.asks_the_same(stored, current):
+        joined.packet = stored
+        joined.save(update_fields=["packet"])
+        return {"run": found.key, "task": row.key, "escalation": shared.pk, "packet": "replaced"}
+    joining.leave(
+        joined,
+        left=JoinedTask.Left.MOVED,
+        note=f"{row.key} sent another question",
+        at=at,
+    )
+    other = joining.matching_escalation(task=row, packet=stored, exclude=shared.pk)
+    if other is not None:
+        return join_shared(found, row, stored, other, own=None, action="opened", at=at)
+    escalation = open_escalation(
+        run=found,
+        task=row,
+        packet=stored,
+        reason="the agent stopped and handed over a failure packet",
+        attempt_number=Attempt.objects.filter(task=row).count(),
+        at=at,
+    )
+    task_state.escalated(row)
+    notify_opened(escalation, checked, reopened=False)
+    scheduler.mark_changed(found, [row.key])
+    return {"run": found.key, "task": row.key, "escalation": escalation.pk, "packet": "opened"}
 
 
 def completed(packet: object, draft: FailurePacket | None) -> tuple[object, list[str]]:
@@ -205,6 +314,9 @@ def open_for_decision(*, decision: Decision, attempt: Attempt, **_: Any) -> Esca
     packet came with this attempt, Bulkhead drafts one from the attempts, shown at once, and
     asks the agent only for what is missing. Runs in the deciding transaction."""
     run, task = decision.run, decision.task
+    joined = joining.waiting_join(task)
+    if joined is not None:
+        return joined.escalation  # its packet already joined another task's question
     packet = (
         FailurePacket.objects.filter(task=task, drafted=False, submitted_at__gte=attempt.started_at)
         .order_by("-submitted_at")

@@ -69,7 +69,7 @@ def lock_escalation(escalation_id: int) -> Escalation:
     """Only the escalation row: claiming changes nothing in the run."""
     return (
         Escalation.objects.select_for_update(of=("self",))
-        .select_related("claimed_by", "fleet")
+        .select_related("claimed_by", "fleet", "packet")
         .get(pk=escalation_id)
     )
 
@@ -221,9 +221,11 @@ def close_all(
 ) -> list[str]:
     """Close the escalations with the same note; returns how each is named ("escalation 7 (x)")."""
     named = [f"escalation {pk} ({key})" for pk, key in escalations.values_list("pk", "task__key")]
-    codes = [f"escalation:{pk}" for pk in escalations.values_list("pk", flat=True)]
+    ids = list(escalations.values_list("pk", flat=True))
+    codes = [f"escalation:{pk}" for pk in ids]
     escalations.update(
         status=Escalation.Status.CLOSED,
+        outcome=Escalation.Outcome.RUN_FAILED,
         closed_at=at,
         acted_at=at,
         claimed_by=reviewer,

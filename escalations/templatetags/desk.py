@@ -9,7 +9,8 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from fleet.access import manages_a_fleet
+from escalations.selectors.waiting import shown_status
+from fleet.access import FLEET_ROLES, manages_a_fleet, member_fleet_ids
 
 register = template.Library()
 
@@ -53,6 +54,37 @@ def is_manager(context: template.Context) -> bool:
     if user is None or not user.is_authenticated:
         return False
     return manages_a_fleet(user)
+
+
+@register.simple_tag(takes_context=True)
+def in_no_fleet(context: template.Context) -> bool:
+    """Signed in, but a member of no fleet (a new superuser): every page is empty, and says why."""
+    user = context.get("user")
+    if user is None or not user.is_authenticated:
+        return False
+    roles = getattr(user, FLEET_ROLES, None)
+    return not (roles if roles is not None else member_fleet_ids(user))
+
+
+@register.filter
+def claim_key(value: Any) -> str:
+    """A claim's key as its agent named it: a refuted claim that a reviewer's answer replaced is
+    kept under `<key>@refuted-<n>` so the answer can take its key; people read `<key>`."""
+    key = str(value)
+    head, at, tail = key.rpartition("@refuted-")
+    return head if at and tail.isdigit() else key
+
+
+@register.filter
+def escalation_status(escalation: Any) -> str:
+    """An escalation's status as people read it: a closed one says how it closed."""
+    return shown_status(str(escalation.status), str(escalation.outcome or ""))
+
+
+@register.filter
+def replaced(value: Any) -> bool:
+    """The claim was refuted and a reviewer's answer took its key (see `claim_key`)."""
+    return claim_key(value) != str(value)
 
 
 @register.filter

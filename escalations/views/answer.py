@@ -1,4 +1,5 @@
-"""What a reviewer does with a packet: answer it, reroute it, return it, or abort the run."""
+"""What a reviewer does with a packet: answer it, reroute it, return it, abort the run, or split
+off a task that joined it on a question that only looks alike."""
 
 from functools import wraps
 from typing import Any
@@ -83,4 +84,20 @@ def abort(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
         lambda e: services.escalation_abort(
             escalation=e, reviewer=request.user, reason=request.POST.get("reason", "")
         ),
+    )
+
+
+@login_required
+@acts_on_packet
+def split(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
+    """A task that joined on a question that only looks alike gets an escalation of its own."""
+    task = request.POST.get("task", "")
+    return packet_action(
+        request,
+        escalation_id,
+        "split",
+        lambda e: services.escalation_split(
+            escalation=e, reviewer=request.user, task_id=int(task) if task.isdigit() else 0
+        ),
+        anchor="waiting",
     )

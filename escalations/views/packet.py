@@ -220,7 +220,7 @@ def packet_page(
 
 # Where a refused action's form is on the page: a redirect back lands on it.
 ANCHORS = {"answer": "answer-form", "reroute": "reroute-form", "return": "return-form",
-           "abort": "abort-form", "claim": "status", "recheck": "evidence"}  # fmt: skip
+           "abort": "abort-form", "claim": "status", "recheck": "evidence", "split": "waiting"}  # fmt: skip
 
 
 def flash_key(escalation_id: int) -> str:

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from escalations.models import Escalation
+from escalations.models import Escalation, JoinedTask
 from escalations.selectors.runs import run_detail, runs_of
 from escalations.services import claim_check_by_hand, claim_raise, task_release_stop
 from fleet.access import reviews
@@ -156,6 +156,11 @@ def run_page(
             "checkpoint_limit": CHECKPOINT_ROWS,
             "what_if": {"choices": what_if_choices(run=found), "down": [], "steps": 3},
             "escalations": escalations,
+            # Tasks of this run whose packets joined an escalation with the same question.
+            "joined": JoinedTask.objects.filter(task__run=found)
+            .select_related("task", "escalation", "escalation__task", "escalation__run")
+            .select_related("escalation__packet")
+            .order_by("-joined_at", "-id"),
             "open_states": Escalation.OPEN_STATES,
             "can_act": can_act,
             # A refusal is shown at its row's form; when there is none (the run has finished),

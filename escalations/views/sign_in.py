@@ -81,6 +81,19 @@ class SetPasswordView(PasswordChangeView):
         messages.success(self.request, "Your password is set: sign in with it from now on.")
         return response
 
+    def get_form(self, form_class: Any = None) -> Any:
+        form = super().get_form(form_class)
+        # The page asks for the one-time password (or the current one), not an "old" one.
+        form.error_messages = {
+            **form.error_messages,
+            "password_incorrect": (
+                "That is not the one-time password you were given: type it as it was printed."
+                if self.request.session.get(SET_PASSWORD)
+                else "That is not your current password: type it again."
+            ),
+        }
+        return form
+
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["one_time"] = bool(self.request.session.get(SET_PASSWORD))

@@ -10,6 +10,7 @@ from ninja.errors import HttpError
 from escalations.models import Escalation
 from escalations.routing import overdue
 from escalations.selectors.runs import escalation_rows, missing_and_note
+from escalations.selectors.waiting import outcome_of, tasks_waiting
 from fleet.api.access import fleet_ids
 from fleet.api.runs import get_run
 from fleet.api.schemas import ERRORS, Errors, EscalationOut, EscalationRow
@@ -38,6 +39,11 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
         "run": escalation.run.key,
         "task": escalation.task.key,
         "status": escalation.status,
+        "outcome": outcome_of(escalation),
+        "tasks": [
+            {k: row[k] for k in ("run", "task", "agent", "question", "joined", "joined_at")}
+            for row in tasks_waiting(escalation)
+        ],
         "reason": escalation.reason,
         "opened_at": escalation.opened_at,
         "question": (packet.smallest_unblocking_question or None) if packet else None,

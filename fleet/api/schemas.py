@@ -71,6 +71,11 @@ class WaitingEscalation(Schema):
         "the field a reviewer returned the packet for."
     )
     note: str | None = Field(description="The reviewer's note, when the packet was returned.")
+    joined: bool = Field(
+        default=False,
+        description="The task's packet asked the question another task's escalation already "
+        "asked, so the task waits on that escalation (its id here): one answer releases both.",
+    )
 
 
 class TaskRow(Schema):
@@ -305,6 +310,21 @@ class EvidenceCheck(Schema):
     )
 
 
+class WaitingTask(Schema):
+    """A task the escalation's answer is for."""
+
+    run: str
+    task: str
+    agent: str
+    question: str | None = Field(description="The question as this task's packet asked it.")
+    joined: bool = Field(
+        description="False for the task that opened the escalation; true for a task whose "
+        "packet asked the same question (same words once case, spacing and punctuation are set "
+        "aside, or the same dedup_key) and joined it."
+    )
+    joined_at: datetime | None
+
+
 class EscalationOut(Schema):
     """An escalation with its failure packet and, once answered, the answer."""
 
@@ -312,6 +332,19 @@ class EscalationOut(Schema):
     run: str
     task: str
     status: str = one_of(Escalation.Status)
+    outcome: str = Field(
+        description="The status, or for a closed escalation how it closed: rerouted (the task "
+        "went to another agent), aborted (the task was stopped and its run failed), run_failed "
+        "(closed because another abort failed its run), joined (its task waits on an older "
+        "escalation with the same question), or closed.",
+        json_schema_extra={
+            "enum": [*Escalation.Status.values, "rerouted", "aborted", "run_failed", "joined"]
+        },
+    )
+    tasks: list[WaitingTask] = Field(
+        description="Every task waiting on the answer, this escalation's own task first (once "
+        "answered: the tasks the answer was for)."
+    )
     reason: str = Field(description="Why the work was escalated.")
     opened_at: datetime
     question: str | None = Field(description="The packet's smallest unblocking question.")

@@ -86,7 +86,7 @@ def supersede_refuted(*, task: Any, statement: str, evidence: dict[str, Any], at
             task=task,
             key=key,
             statement=statement,
-            reason=f"a reviewer's answer replaces the refuted claim (now {claim.key})",
+            reason=f"a reviewer's answer replaces the refuted claim {key}, which is kept as refuted",
             who=evidence["source"],
             payload=evidence.get("payload"),
             at=at,

@@ -48,6 +48,11 @@ def packet(task: str = "plan", **changes: Any) -> dict[str, Any]:
     return {k: v for k, v in content.items() if v is not None}
 
 
+def question_for(run: str, task: str) -> str:
+    """The seed's question, asked for one task of one run."""
+    return f"{QUESTION[:-1]} (for {task} of {run})?"
+
+
 class Desk:
     """A fleet with an orchestrator and a coder, and runs posted through the signed webhook."""
 
@@ -96,6 +101,10 @@ class Desk:
             timestamp=timestamp,
         )
         assert started.status_code == 202, started.content
+        if (run, task) != ("tier-discounts", "plan"):
+            # Each task its own question, unless a test asks for the same one: packets that ask
+            # the same question wait on one escalation (tests/escalations/test_one_question.py).
+            packet_changes.setdefault("smallest_unblocking_question", question_for(run, task))
         submitted = self.planner.post(
             "packet.submitted",
             {

@@ -184,18 +184,10 @@ def test_it_maps_the_all_green_runs_handoffs_none_of_them_checkable() -> None:
     )
 
     assert found == [
-        Handoff(
-            "planner", "coder-a", claims=1, checkable=0, refuted=1, median_unchecked_minutes=40.0
-        ),
-        Handoff(
-            "planner", "schema", claims=1, checkable=0, refuted=1, median_unchecked_minutes=40.0
-        ),
-        Handoff(
-            "schema", "coder-a", claims=1, checkable=0, refuted=0, median_unchecked_minutes=56.0
-        ),
-        Handoff(
-            "schema", "coder-b", claims=1, checkable=0, refuted=0, median_unchecked_minutes=56.0
-        ),
+        Handoff("planner", "coder-a", 1, 0, 1, 40.0, unchecked=("plan.customer-tier",)),
+        Handoff("planner", "schema", 1, 0, 1, 40.0, unchecked=("plan.customer-tier",)),
+        Handoff("schema", "coder-a", 1, 0, 0, 56.0, unchecked=("schema.customer-tier-confirmed",)),
+        Handoff("schema", "coder-b", 1, 0, 0, 56.0, unchecked=("schema.customer-tier-confirmed",)),
     ]
 
 
@@ -209,9 +201,8 @@ def test_it_maps_the_replays_handoffs() -> None:
         Handoff(
             "planner", "coder-b", claims=1, checkable=1, refuted=0, median_unchecked_minutes=0.6
         ),
-        Handoff(
-            "planner", "schema", claims=2, checkable=1, refuted=1, median_unchecked_minutes=1.3
-        ),
+        # The claim with no checkable evidence is named: a report links to it.
+        Handoff("planner", "schema", 2, 1, 1, 1.3, unchecked=("plan.customer-tier",)),
     ]
 
 
@@ -220,7 +211,9 @@ def test_a_handoff_counts_a_claim_once_however_often_it_crosses() -> None:
 
     found = handoffs(claims=ALL_GREEN_CLAIMS, tasks=ALL_GREEN_TASKS, uses=uses, now=ALL_GREEN_NOW)
 
-    assert found[1] == Handoff("planner", "schema", 1, 0, 1, 40.0)
+    assert found[1] == Handoff(
+        "planner", "schema", 1, 0, 1, 40.0, unchecked=("plan.customer-tier",)
+    )
 
 
 def test_a_claim_used_within_one_agent_is_no_handoff() -> None:

@@ -3,7 +3,7 @@
 import pytest
 
 from fleet import demo, services
-from fleet.stories import all_green, hung_test_run, tier_thresholds
+from fleet.stories import all_green, hung_test_run, shared_question, tier_thresholds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,7 +19,8 @@ def test_it_says_what_waits_for_a_reviewer_and_why(client, loaded):
     client.force_login(user)
     page = client.get("/").content.decode()
 
-    assert "2 escalations wait for a reviewer" in page
+    assert "3 escalations wait for a reviewer" in page
+    assert "<strong>4 tasks wait on their answers</strong>: 1 of them asked a question" in page
     assert "Where does a customer&#x27;s tier come from today" in page
     # The tier thresholds: the policy escalated and the planner sent no packet.
     assert "Bulkhead drafted the packet, the agent was asked for the question" in page
@@ -33,7 +34,7 @@ def test_after_the_answers_nothing_waits(client, loaded):
     from escalations.services import escalation_answer
 
     user, _ = services.member_add(username="rita", fleet=demo.fleet_and_people(), role="reviewer")
-    for run in (all_green.RUN, tier_thresholds.RUN):
+    for run in (all_green.RUN, tier_thresholds.RUN, shared_question.RUN):
         escalation = Escalation.objects.get(run__key=run)
         escalation_answer(escalation=escalation, reviewer=user, text=all_green.ANSWER, option="")
     client.force_login(user)

@@ -79,6 +79,7 @@ def test_the_worker_re_checks_the_drafted_packets_evidence(worker, client, http,
         "drafted": True,
         "missing": ["smallest_unblocking_question"],
         "note": None,
+        "joined": False,
     }
 
 

@@ -169,6 +169,7 @@ def test_the_run_api_names_each_tasks_waiting_escalation(escalation, desk, clien
         "drafted": True,
         "missing": ["smallest_unblocking_question"],
         "note": None,
+        "joined": False,
     }
     assert tasks["discount-resolver"]["escalation"] is None
 
@@ -180,6 +181,7 @@ def test_the_run_api_names_each_tasks_waiting_escalation(escalation, desk, clien
         "drafted": False,
         "missing": [],
         "note": None,
+        "joined": False,
     }
 
     with TestCase.captureOnCommitCallbacks(execute=True):

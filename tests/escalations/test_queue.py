@@ -328,7 +328,14 @@ def test_the_queue_reads_the_persons_memberships_once(desk, alice, fleet):
 
 def test_the_count_says_how_many_wait(desk, alice):
     desk.escalate()
-    assert "1 escalation waiting" in signed_in(alice).get("/escalations/").content.decode()
+    assert (
+        "1 task waiting on 1 escalation" in signed_in(alice).get("/escalations/").content.decode()
+    )
+    desk.run("again", [{"key": "plan", "agent": "planner"}])
+    desk.escalate(run="again", smallest_unblocking_question=QUESTION)  # the same question: it joins
+    page = signed_in(alice).get("/escalations/").content.decode()
+    assert "2 tasks waiting on 1 escalation" in page
+    assert "+1 task</span>" in page
 
 
 # Claims

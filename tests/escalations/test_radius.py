@@ -30,7 +30,7 @@ def imported(fleet: str = "acme", path: Path = ALL_GREEN_RUN) -> Run:
     return Run.objects.get(fleet__name=fleet, key__in=keys)
 
 
-def handoff(producer, consumer, claims, checkable, refuted, minutes):
+def handoff(producer, consumer, claims, checkable, refuted, minutes, unchecked=()):
     return {
         "producer": producer,
         "consumer": consumer,
@@ -38,6 +38,7 @@ def handoff(producer, consumer, claims, checkable, refuted, minutes):
         "checkable": checkable,
         "refuted": refuted,
         "median_unchecked_minutes": minutes,
+        "unchecked": unchecked,
     }
 
 
@@ -95,11 +96,12 @@ def test_it_maps_the_all_green_runs_handoffs_none_of_them_checkable(client, flee
     phoenixdx(client, fleet)
     run = imported()
 
+    tier, confirmed = ("plan.customer-tier",), ("schema.customer-tier-confirmed",)
     assert handoffs_for(run, now=AN_HOUR_IN) == [
-        handoff("planner", "coder-a", 1, 0, 1, 40.0),
-        handoff("planner", "schema", 1, 0, 1, 40.0),
-        handoff("schema", "coder-a", 1, 0, 0, 56.0),
-        handoff("schema", "coder-b", 1, 0, 0, 56.0),
+        handoff("planner", "coder-a", 1, 0, 1, 40.0, tier),
+        handoff("planner", "schema", 1, 0, 1, 40.0, tier),
+        handoff("schema", "coder-a", 1, 0, 0, 56.0, confirmed),
+        handoff("schema", "coder-b", 1, 0, 0, 56.0, confirmed),
     ]
 
 

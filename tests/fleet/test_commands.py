@@ -252,7 +252,11 @@ def test_demo_loads_the_stories_as_the_app_computes_them(settings, tmp_path):
     # Where to look says what the app computes there now, not what the stories meant to show.
     said = " | ".join(printed["look_at"])
     assert (
-        "the escalation queue (2 waiting; the oldest from plan, assigned to reviewer, due " in said
+        "the escalation queue (3 waiting; the oldest from invoice-format, assigned to reviewer, due "
+        in said
+    )
+    assert (
+        "one question, two tasks (escalation" in said and "2 tasks wait on its one answer" in said
     )
     drafted = Escalation.objects.get(run__key="tier-thresholds", status="open")
     assert drafted.packet.drafted and drafted.packet.smallest_unblocking_question == ""

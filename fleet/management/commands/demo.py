@@ -19,8 +19,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--quiet", action="store_true", help="print only where to look, as lines of text"
         )
+        parser.add_argument(
+            "--reset",
+            action="store_true",
+            help="delete the demo fleet and all it recorded first, then load it afresh",
+        )
 
-    def handle(self, *args: Any, quiet: bool, **options: Any) -> None:
+    def handle(self, *args: Any, quiet: bool, reset: bool = False, **options: Any) -> None:
+        if reset and demo.reset() and quiet:
+            self.stdout.write("The demo fleet was deleted; loading it afresh.")
         summary = demo.load()
         login = settings.VAR_DIR / "demo-login.json"
         credentials = json.loads(login.read_text()) if login.exists() else {}
