@@ -1,4 +1,5 @@
-"""The broker: the longest countdown it keeps, and the embedded one (kombu's filesystem transport).
+"""The broker: the longest countdown it keeps, the embedded one (kombu's filesystem transport),
+and kombu's Redis transport made to survive the broker going away.
 
 In the embedded one, messages appear in the queue whole: kombu's own transport creates the message file under its final name and then writes it, so a
 worker listing the queue in between takes an empty file, fails to decode it and the message is
@@ -16,8 +17,10 @@ from django.conf import settings
 from django.db import transaction
 from kombu.exceptions import ChannelError, OperationalError
 from kombu.transport import filesystem
+from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 
@@ -39,6 +42,26 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+
+
+class RedisChannel(kombu_redis.Channel):
+    """When Redis goes away, Celery closes the lost connection; closing a channel gives its
+    unacknowledged messages back to the broker, which needs a new client, built from the
+    connection's parameters, and by then kombu has detached them: `AttributeError: 'NoneType'
+    object has no attribute 'hostname'` (kombu issues 582 and 970). Celery ignores only
+    connection errors while it closes, so the AttributeError stopped the worker ("Unrecoverable
+    error"). Here it is the connection error it is: the close goes on, the worker reconnects, and
+    the messages come back after the visibility timeout (the reconciler covers them sooner)."""
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        if self.connection.client is None:
+            raise RedisConnectionError("the broker connection is closed")
+        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
+        return params
+
+
+class RedisTransport(kombu_redis.Transport):
+    Channel = RedisChannel
 
 
 # Redis hands a delayed message to a worker at once and redelivers it if it is not acknowledged

@@ -211,6 +211,8 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "store_processed": False,
     }
 else:
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        CELERY_BROKER_TRANSPORT = "fleet.broker:RedisTransport"  # survives Redis going away
     # Longer than any countdown we schedule, so Redis does not redeliver a delayed retry early;
     # the reconciler covers what a lost message stood for.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -234,9 +236,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # (Celery gives up after 100 tries by default, and the worker exits). On the loss it cancels the
 # acknowledged-late tasks it is running, as Celery 6 will by default: their messages cannot be
 # acknowledged on the lost connection, and a late acknowledgement on a channel kombu has already
-# closed is what raised `AttributeError: 'NoneType' object has no attribute 'hostname'` inside
-# kombu's Redis transport (kombu issues 582 and 970) and stopped the worker. Every task is
-# idempotent and what it stood for is in the database: the reconciler enqueues it again.
+# closed is one way into `AttributeError: 'NoneType' object has no attribute 'hostname'` inside
+# kombu's Redis transport (kombu issues 582 and 970), which stopped the worker; the other, closing
+# the lost connection, is turned into the connection error it is by fleet.broker.RedisTransport.
+# Every task is idempotent and what it stood for is in the database: the reconciler enqueues it
+# again.
 CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True

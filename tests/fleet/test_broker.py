@@ -75,3 +75,52 @@ def test_the_embedded_default_uses_this_transport():
     )
     assert done.returncode == 0, done.stderr
     assert "fleet.broker.Transport" in done.stdout
+
+
+def detached_redis_channel(transport: Any) -> tuple[Any, Any]:
+    """A channel on a real Redis whose connection kombu has already detached, as Celery finds it
+    when it closes the connection it lost to a Redis outage."""
+    from django.conf import settings
+
+    url = settings.CELERY_BROKER_URL
+    if not url.startswith("redis"):
+        url = "redis://127.0.0.1:6379/0"
+    connection = Connection(url, transport=transport)
+    channel = connection.channel()
+    channel.qos._delivered["tag"] = None  # one message it holds unacknowledged
+    channel._pool = None
+    channel.connection.client = None
+    return connection, channel
+
+
+def test_a_redis_channel_closed_after_the_connection_went_away_is_a_connection_error():
+    connection, channel = detached_redis_channel(broker.RedisTransport)
+    connection.maybe_close_channel(channel)  # ignores connection errors only
+    assert channel.closed
+
+
+def test_kombus_own_redis_channel_stops_the_worker_there():
+    """What the subclass is for: kombu's own transport raises what Celery does not ignore."""
+    from kombu.transport.redis import Transport
+
+    connection, channel = detached_redis_channel(Transport)
+    with pytest.raises(AttributeError, match="hostname"):
+        connection.maybe_close_channel(channel)
+
+
+def test_a_redis_broker_uses_the_surviving_transport():
+    code = "from fleet.celery import app; print(app.connection_for_write().get_transport_cls())"
+    done = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "fleet.settings",
+            "CELERY_BROKER_URL": "redis://127.0.0.1:6379/9",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "fleet.broker.RedisTransport" in done.stdout
