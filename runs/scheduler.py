@@ -132,12 +132,25 @@ def frontier_of(run: Run) -> rule.Frontier:
     return rule.frontier(nodes_for(run), world_for(run))
 
 
-def mark_changed(run: Run, keys: Iterable[str] | None, *, capability: str | None = None) -> None:
-    """Record that the run's frontier must be recomputed, and ask a worker after commit."""
+def mark_changed(
+    run: Run,
+    keys: Iterable[str] | None,
+    *,
+    capability: str | None = None,
+    claim: str | None = None,
+) -> None:
+    """Record that the run's frontier must be recomputed, and ask a worker after commit.
+
+    `capability` or `claim` names what changed besides the tasks `keys`: the recompute adds the
+    tasks whose own conditions mention it.
+    """
     FrontierChange.objects.create(run=run)
     changed = None if keys is None else sorted(set(keys))
     run_id = run.pk
-    after_commit(tasks.recompute, run_id, changed, capability)
+    if claim is None:
+        after_commit(tasks.recompute, run_id, changed, capability)
+    else:
+        after_commit(tasks.recompute, run_id, changed, capability, claim)
 
 
 def capability_changed(*, fleet: Fleet, name: str) -> None:
@@ -160,7 +173,10 @@ def open_blockers(run: Run) -> dict[str, tuple[str, ...]]:
 
 @transaction.atomic
 def recompute(
-    run_id: int, changed: Sequence[str] | None = None, capability: str | None = None
+    run_id: int,
+    changed: Sequence[str] | None = None,
+    capability: str | None = None,
+    claim: str | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """Bring the stored frontier of a run up to date; returns the tasks whose blockers changed.
 
@@ -180,6 +196,8 @@ def recompute(
         keys |= {k for k, n in nodes.items() if n.state == Task.State.PENDING and k not in previous}
     if capability:
         keys |= rule.touched_by_capability(nodes, capability, world)
+    if claim:
+        keys |= rule.touched_by_claim(nodes, world, claim)
     updates = rule.recompute(nodes, world, previous=previous, changed=keys)
     write(run, updates, previous=previous, meta=meta)
     settle_halts(run, nodes, world)

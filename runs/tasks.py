@@ -12,9 +12,14 @@ from runs.models import Run
 
 
 @shared_task(acks_late=True)
-def recompute(run_id: int, changed: list[str] | None = None, capability: str | None = None) -> None:
+def recompute(
+    run_id: int,
+    changed: list[str] | None = None,
+    capability: str | None = None,
+    claim: str | None = None,
+) -> None:
     if Run.objects.filter(pk=run_id).exists():
-        scheduler.recompute(run_id, changed, capability)
+        scheduler.recompute(run_id, changed, capability, claim)
 
 
 @shared_task(acks_late=True)
