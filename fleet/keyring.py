@@ -6,6 +6,7 @@ revoked, or the agent changes, at once and again at commit (a reader between the
 otherwise put the old keys back). With the cache unreachable they are read from the database.
 """
 
+import logging
 import uuid
 from typing import Any
 
@@ -14,6 +15,8 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from fleet.models import Agent, SigningKey
+
+log = logging.getLogger(__name__)
 
 TIMEOUT = 300  # seconds: an invalidation lost with the cache's outage heals within this
 AGENT_FIELDS = ("id", "fleet_id", "name", "role", "is_orchestrator", "is_tool", "created_at")
@@ -28,7 +31,8 @@ def agent_and_secrets(agent_id: uuid.UUID) -> tuple[Agent | None, list[str]]:
     key = cache_key(agent_id)
     try:
         cached: dict[str, Any] | None = cache.get(key)
-    except Exception:  # the cache backend's own errors: read the database
+    except Exception as exc:  # the cache backend's own errors: read the database
+        log.debug("keyring cache unreachable: %s", exc)
         cached = None
         key = ""
     if cached is None:
@@ -36,8 +40,8 @@ def agent_and_secrets(agent_id: uuid.UUID) -> tuple[Agent | None, list[str]]:
         if key:
             try:
                 cache.set(key, cached, timeout=TIMEOUT)
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("keyring not cached: %s", exc)
     if not cached["agent"]:
         return None, []
     agent = Agent(**cached["agent"])
@@ -65,8 +69,8 @@ def forget(agent_id: uuid.UUID) -> None:
     def drop() -> None:
         try:
             cache.delete(key)
-        except Exception:
-            pass
+        except Exception as exc:  # it expires on its own (TIMEOUT)
+            log.warning("keyring of agent %s not dropped from the cache: %s", agent_id, exc)
 
     drop()
     transaction.on_commit(drop)

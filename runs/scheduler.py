@@ -1,7 +1,9 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import transaction
@@ -132,6 +134,34 @@ def frontier_of(run: Run) -> rule.Frontier:
     return rule.frontier(nodes_for(run), world_for(run))
 
 
+@dataclass
+class Marks:
+    """What one batch of events changed in each run, to be recomputed once per run."""
+
+    runs: dict[int, tuple[set[str], set[str], set[str]]] = field(default_factory=dict)
+    # run id -> (changed task keys, capabilities, claims)
+
+
+_batch: ContextVar[Marks | None] = ContextVar("frontier_batch", default=None)
+
+
+@contextmanager
+def batched() -> Iterator[None]:
+    """Within the block (one transaction), each run changed gets one FrontierChange row, at its
+    first change (a later start in the block sees its frontier is stale), and one recompute
+    after commit with everything the block changed in it."""
+    marks = Marks()
+    token = _batch.set(marks)
+    try:
+        yield
+    finally:
+        _batch.reset(token)
+    for run_id, (keys, capabilities, claims) in marks.runs.items():
+        after_commit(tasks.recompute, run_id, sorted(keys), None, sorted(claims) or None)
+        for capability in sorted(capabilities):
+            after_commit(tasks.recompute, run_id, [], capability)
+
+
 def mark_changed(
     run: Run,
     keys: Iterable[str] | None,
@@ -144,13 +174,24 @@ def mark_changed(
     `capability` or `claim` names what changed besides the tasks `keys`: the recompute adds the
     tasks whose own conditions mention it.
     """
+    marks = _batch.get()
+    if marks is not None and keys is not None:
+        if run.pk not in marks.runs:
+            FrontierChange.objects.create(run=run)
+            marks.runs[run.pk] = (set(), set(), set())
+        changed, capabilities, claims = marks.runs[run.pk]
+        changed.update(keys)
+        if capability:
+            capabilities.add(capability)
+        if claim:
+            claims.add(claim)
+        return
     FrontierChange.objects.create(run=run)
-    changed = None if keys is None else sorted(set(keys))
+    changed_keys = None if keys is None else sorted(set(keys))
     run_id = run.pk
-    if claim is None:
-        after_commit(tasks.recompute, run_id, changed, capability)
-    else:
-        after_commit(tasks.recompute, run_id, changed, capability, claim)
+    after_commit(
+        tasks.recompute, run_id, changed_keys, capability, None if claim is None else [claim]
+    )
 
 
 def capability_changed(*, fleet: Fleet, name: str) -> None:
@@ -176,7 +217,7 @@ def recompute(
     run_id: int,
     changed: Sequence[str] | None = None,
     capability: str | None = None,
-    claim: str | None = None,
+    claims: Sequence[str] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """Bring the stored frontier of a run up to date; returns the tasks whose blockers changed.
 
@@ -196,7 +237,7 @@ def recompute(
         keys |= {k for k, n in nodes.items() if n.state == Task.State.PENDING and k not in previous}
     if capability:
         keys |= rule.touched_by_capability(nodes, capability, world)
-    if claim:
+    for claim in claims or ():
         keys |= rule.touched_by_claim(nodes, world, claim)
     updates = rule.recompute(nodes, world, previous=previous, changed=keys)
     write(run, updates, previous=previous, meta=meta)

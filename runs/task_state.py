@@ -69,7 +69,7 @@ def task_start(
         run_has_claims=Exists(Claim.objects.filter(run_id=OuterRef("run_id"))),
     )
     found = row.run
-    number = (row.attempts_made or 0) + 1
+    number = (getattr(row, "attempts_made", None) or 0) + 1
     decision = None if imported else scheduler.decision_before(row, number)
     if decision is not None and (sender or actor).is_orchestrator:
         # An orchestrator may act for any agent: naming another than the reroute chose ignores
@@ -103,7 +103,7 @@ def task_start(
     row.started_at = row.started_at or at
     row.refresh = []  # re-read, as its start said
     row.save(update_fields=["state", "ready", "started_at", "refresh"])
-    if consumes or row.run_has_claims:
+    if consumes or getattr(row, "run_has_claims", True):
         consumers.started_on(row, consumes, at, imported=imported)
     scheduler.mark_changed(found, [row.key])
     return {"run": found.key, "task": row.key, "attempt": attempt.number}

@@ -16,10 +16,10 @@ def recompute(
     run_id: int,
     changed: list[str] | None = None,
     capability: str | None = None,
-    claim: str | None = None,
+    claims: list[str] | None = None,
 ) -> None:
     if Run.objects.filter(pk=run_id).exists():
-        scheduler.recompute(run_id, changed, capability, claim)
+        scheduler.recompute(run_id, changed, capability, claims)
 
 
 @shared_task(acks_late=True)

@@ -5,20 +5,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0003_capability_unknown'),
+        ("fleet", "0003_capability_unknown"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='event',
-            name='received_at',
+            model_name="event",
+            name="received_at",
             field=models.DateTimeField(default=django.utils.timezone.now),
         ),
         migrations.AlterField(
-            model_name='event',
-            name='response',
+            model_name="event",
+            name="response",
             field=models.JSONField(help_text="The reply's body but its `event` (this row's id)."),
         ),
     ]

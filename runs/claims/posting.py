@@ -17,7 +17,6 @@ from runs.ownership import (
     refuse_unless_own,
     run_and_task,
     run_for,
-    task_for,
     unknown_task,
 )
 from runs.specs import ClaimSpec, EvidenceSpec
@@ -80,7 +79,7 @@ def claim_post(
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
     existing = (
         Claim.objects.filter(run=found, key=claim.key).select_related("run").first()
-        if row.claim_taken
+        if getattr(row, "claim_taken", True)
         else None
     )
     if existing is not None:
@@ -112,7 +111,9 @@ def claim_post(
             posted_evidence.verdict = Claim.Status.UNVERIFIED
             posted_evidence.verdict_reason = AGENT_TEXT if agent_text else NO_SUBJECT
             posted_evidence.save(update_fields=["verdict", "verdict_reason"])
-    if row.others_running:  # else what consumes it waits for its producer: no use yet
+    if getattr(
+        row, "others_running", True
+    ):  # else what consumes it waits for its producer: no use yet
         consumers.record_running_uses(posted, at, imported=imported)
     answer: dict[str, Any] = {
         "run": found.key,
