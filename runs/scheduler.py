@@ -239,7 +239,11 @@ def recompute(
         keys |= rule.touched_by_capability(nodes, capability, world)
     for claim in claims or ():
         keys |= rule.touched_by_claim(nodes, world, claim)
-    updates = rule.recompute(nodes, world, previous=previous, changed=keys)
+    # A capability's change holds or frees the tasks that need it; below them nothing but their
+    # direct dependants and what can bar a transaction group changes. Anything else may be a
+    # claim's change, which its producer's dependants consume: all of them are evaluated.
+    spread = () if capability and not changed and not claims else None
+    updates = rule.recompute(nodes, world, previous=previous, changed=keys, spread=spread)
     write(run, updates, previous=previous, meta=meta)
     settle_halts(run, nodes, world)
     # A task that left `pending` (started, escalated, cancelled) no longer waits on anything.
