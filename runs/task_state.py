@@ -65,7 +65,9 @@ def task_start(
             .annotate(n=Max("number"))
             .values("n")
         ),
-        frontier_stale=Exists(FrontierChange.objects.filter(run_id=OuterRef("run_id"))),
+        frontier_stale=Exists(
+            FrontierChange.objects.filter(run_id=OuterRef("run_id"), may_hold=True)
+        ),
         run_has_claims=Exists(Claim.objects.filter(run_id=OuterRef("run_id"))),
     )
     found = row.run
@@ -105,7 +107,7 @@ def task_start(
     row.save(update_fields=["state", "ready", "started_at", "refresh"])
     if consumes or getattr(row, "run_has_claims", True):
         consumers.started_on(row, consumes, at, imported=imported)
-    scheduler.mark_changed(found, [row.key])
+    scheduler.mark_changed(found, [row.key], may_hold=False)  # a start holds nothing back
     return {"run": found.key, "task": row.key, "attempt": attempt.number}
 
 
@@ -118,8 +120,9 @@ def refuse_unless_startable(run: Run, task: Task, consumes: Sequence[str]) -> No
             status=409,
         )
     if task.ready and not consumes and not getattr(task, "frontier_stale", True):
-        # The stored frontier is current (no change since its last recompute) and holds the
-        # task ready: the rule would say the same. Anything else is asked of the rule.
+        # The stored frontier holds the task ready, and nothing since its last recompute can
+        # have held it back (starts, successes, running tasks' claims only release): the rule
+        # would say the same. Anything else is asked of the rule.
         return
     blockers = scheduler.blockers_of(run, task, extra_consumes=consumes)
     if blockers:

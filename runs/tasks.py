@@ -18,6 +18,7 @@ def recompute(
     capability: str | None = None,
     claims: list[str] | None = None,
 ) -> None:
+    """Catch the run's stored frontier up with its pending changes (`changed` None: all of it)."""
     if Run.objects.filter(pk=run_id).exists():
         scheduler.recompute(run_id, changed, capability, claims)
 

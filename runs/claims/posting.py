@@ -128,7 +128,10 @@ def claim_post(
         scheduler.verify_after_commit(posted)
     # What its status can hold (its named consumers, checkers, tasks halted on it, and through
     # its producer the implicit ones) is found by the recompute, which reads the run anyway.
-    scheduler.mark_changed(found, [row.key], claim=posted.key)
+    # A running producer's claim holds back nothing that is ready: what consumes it implicitly
+    # waits for the producer, and a task naming it waited for it to be posted.
+    may_hold = row.state != Task.State.RUNNING
+    scheduler.mark_changed(found, [row.key], claim=posted.key, may_hold=may_hold)
     return answer
 
 

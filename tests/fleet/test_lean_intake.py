@@ -6,7 +6,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from fleet import services
-from fleet.models import Event
+from fleet.models import Capability, Event
+from runs import scheduler
+from runs.models import FrontierChange, Run, Task
 from tests.conftest import Sender, on_postgres, task
 
 HASHES = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
@@ -82,3 +84,33 @@ def test_an_agent_made_orchestrator_acts_as_one_at_once(big, planner):
     big.agent.is_orchestrator = True
     big.agent.save()
     assert only not in big.post("claim.posted", data).json()["errors"]
+
+
+@pytest.mark.postgres
+def test_a_start_past_changes_that_hold_nothing_back_stays_lean(big):
+    run = Run.objects.get(key="r1")
+    FrontierChange.objects.create(run=run, keys=["w3"], may_hold=False)  # not caught up yet
+    assert statements(big, "task.started", {"run": "r1", "task": "b", "attempt": HASHES}) <= 5
+
+
+def test_a_start_past_a_change_that_may_hold_it_asks_the_rule(big, fleet):
+    """The stored frontier has w0 ready, but the forge went down since (not recomputed yet)."""
+    run = Run.objects.get(key="r1")
+    Task.objects.filter(run=run, key="w0").update(capabilities=["forge"], effect="none")
+    Capability.objects.create(fleet=fleet, name="forge", status=Capability.Status.DOWN)
+    FrontierChange.objects.create(run=run, keys=[], capability="forge")
+    assert Task.objects.get(run=run, key="w0").ready
+    refused = big.post("task.started", {"run": "r1", "task": "w0", "attempt": HASHES})
+    assert refused.status_code == 409
+    assert {"loc": "blockers", "msg": "capability:forge"} in refused.json()["errors"]
+
+
+def test_one_recompute_catches_up_with_every_pending_change(big):
+    run = Run.objects.get(key="r1")
+    FrontierChange.objects.create(run=run, keys=["w0"], may_hold=False)
+    FrontierChange.objects.create(run=run, keys=["w1"])
+    scheduler.recompute(run.pk, [])
+    assert not FrontierChange.objects.filter(run=run).exists()
+    with CaptureQueriesContext(connection) as queries:
+        assert scheduler.recompute(run.pk, []) == {}
+    assert len(queries.captured_queries) <= 4  # its lock and the look for pending changes
