@@ -268,7 +268,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()  # `make bench` hands every bench the same arguments
     print(f"Python {sys.version.split()[0]}, networkx {nx.__version__}, best of {args.repeat}")
     for name, scattered, at_the_end in (
         ("forge at the end of each lane, transactions mid-run", False, False),
