@@ -46,7 +46,7 @@ migrations-check: install
 check: lint typecheck migrations-check test
 
 bench: install
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .tools node_modules var staticfiles

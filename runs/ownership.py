@@ -34,13 +34,20 @@ def task_for(run: Run, key: str, loc: str = "data.task", *, lock: bool = True) -
 
 
 def run_and_task(
-    fleet_id: int, run: str, task: str, *, lock: bool = True, **annotations: Any
+    fleet_id: int,
+    run: str,
+    task: str,
+    *,
+    lock: bool = True,
+    related: tuple[str, ...] = (),
+    **annotations: Any,
 ) -> Task:
     """The task with its run and agent in one query (`task.run`), locked unless `lock` is False;
-    `annotations` are read in the same query. A miss asks again to say which of them is unknown."""
+    `related` and `annotations` are read in the same query. A miss asks again to say which of
+    them is unknown."""
     tasks = (
         Task.objects.filter(run__fleet_id=fleet_id, run__key=run, key=task)
-        .select_related("run", "agent")
+        .select_related("run", "agent", *related)
         .annotate(**annotations)
     )
     found = (tasks.select_for_update(of=("self",)) if lock else tasks).first()

@@ -114,3 +114,20 @@ def test_one_recompute_catches_up_with_every_pending_change(big):
     with CaptureQueriesContext(connection) as queries:
         assert scheduler.recompute(run.pk, []) == {}
     assert len(queries.captured_queries) <= 4  # its lock and the look for pending changes
+
+
+@pytest.mark.postgres
+def test_a_packet_opens_its_escalation_in_eight_statements(big):
+    """A packet's row, the escalation, its hold and the task's state are four writes of their own:
+    it stays above the other events' five, whatever the run's size."""
+    packet = {
+        "task": "b",
+        "tried": ["re-ran the migration"],
+        "ruled_out": [],
+        "evidence": [
+            {"kind": "query_result", "source": "SELECT 1", "payload_hash": "sha256:" + "ab" * 32}
+        ],
+        "smallest_unblocking_question": "Which field decides the tier?",
+    }
+    big.post("task.started", {"run": "r1", "task": "b", "attempt": HASHES})
+    assert statements(big, "packet.submitted", {"run": "r1", "task": "b", "packet": packet}) <= 8
