@@ -159,6 +159,7 @@ def _reach(
     reached): whether a task outside them is blocked did not change."""
     seen = {key for key in changed if key in nodes}
     below = set(seen)
+    spreading = {key for key in seen if key in spread}
     stack = [(key, key in spread) for key in seen]
     dependants_of = index.dependants
     groups = index.groups
@@ -167,10 +168,16 @@ def _reach(
         key, everything = stack.pop()
         direct = key in changed
         for dependant in dependants_of.get(key, ()):
-            if dependant in seen or not (everything or direct or dependant in feeds):
+            if not (everything or direct or dependant in feeds):
+                continue
+            # Below the change even when seen already (a member its group brought in): whether
+            # it is blocked can change with this task's.
+            below.add(dependant)
+            if everything and dependant not in spreading:
+                spreading.add(dependant)
+            elif dependant in seen:
                 continue
             seen.add(dependant)
-            below.add(dependant)
             stack.append((dependant, everything))
         transaction = nodes[key].transaction
         if transaction is not None:

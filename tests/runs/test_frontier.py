@@ -838,3 +838,23 @@ def test_a_capability_going_down_evaluates_only_its_tasks_and_their_dependants()
     assert updates == {
         k: v for k, v in stored(frontier(nodes, down)).items() if previous.get(k) != v
     }
+
+
+def test_a_member_barred_by_its_group_blocks_the_member_below_it() -> None:
+    """Three members of a transaction, the second below the first through a task outside it;
+    the third needs the forge, which goes down. The first is barred (the third has a cause), so
+    the task below it is blocked, and so is the second: a cause of its own, which bars the third
+    too. The recompute must not take the second as it was before."""
+    nodes = run(
+        TaskNode("m1", transaction="tx"),
+        TaskNode("x", prerequisites=("m1",)),
+        TaskNode("m2", prerequisites=("x",), transaction="tx"),
+        TaskNode("m3", transaction="tx", capabilities=("forge",)),
+    )
+    index = build_index(nodes)
+    previous = stored(frontier(nodes, World()))
+    down = World(down=frozenset({"forge"}))
+    changed = touched_by_capability(nodes, "forge", down, index=index)
+    updates = recompute(nodes, down, previous=previous, changed=changed, spread=(), index=index)
+    assert {**previous, **updates} == stored(frontier(nodes, down))
+    assert "barrier:transaction" in updates["m3"]
