@@ -1,8 +1,9 @@
 """bench/scale: Bulkhead scaled out on one PostgreSQL, and a large database's pages.
 
 (a) Web processes and workers. For each of 1, 2 and 4 gunicorn processes with 1 and 2 Celery
-worker processes, 8 agents' threads post signed events for their own tasks (task.started,
-claim.posted, task.finished: three events a task) for `--seconds`; then the workers drain what
+worker processes, 8 agents' threads post signed events for their own tasks, over `--scale-runs`
+runs of `--tasks` tasks (task.started, claim.posted, task.finished: three events a task) for
+`--seconds`; then the workers drain what
 the events left them (each run's frontier recomputed, until no change is pending). Prints the
 events/s the web side applied, the events/s of the whole (applied and drained), and each against
 pgbench inserting one row a transaction at the same concurrency into the same database (the
@@ -177,7 +178,7 @@ def pending_changes(database: str) -> int:
 
 
 def load(
-    fleet: Fleet, port: int, run: str, keys: list[str], seconds: float, batch: int
+    fleet: Fleet, port: int, keys: list[tuple[str, str]], seconds: float, batch: int
 ) -> tuple[int, int, float]:
     """Post the tasks' events from CONCURRENCY threads; (applied, refused, elapsed)."""
     import httpx
@@ -191,7 +192,7 @@ def load(
         applied = refused = 0
         mine = keys[worker::CONCURRENCY]
         with httpx.Client(timeout=60) as client:
-            for key in mine:
+            for run, key in mine:
                 if time.monotonic() >= stop_at:
                     break
                 events = task_events(run, key)
@@ -231,16 +232,18 @@ def load(
     return counts[0], counts[1], time.monotonic() - began
 
 
-def declare(fleet: Fleet, port: int, run: str, tasks: int) -> list[str]:
+def declare(fleet: Fleet, port: int, prefix: str, runs: int, tasks: int) -> list[tuple[str, str]]:
+    """`runs` runs of `tasks` tasks each; their (run, task) keys, interleaved over the runs: a
+    fleet's agents work on many runs at once."""
     import httpx
 
-    keys = [f"t{i}" for i in range(tasks)]
-    body = json.dumps(
-        envelope("run.started", {"run": run, "tasks": [{"key": k, "agent": "a"} for k in keys]})
-    ).encode()
     url = f"http://127.0.0.1:{port}/hooks/v1/agents/{fleet.id}/events"
-    httpx.post(url, content=body, headers=fleet.signed(body), timeout=600).raise_for_status()
-    return keys
+    keys = [f"t{i}" for i in range(tasks)]
+    for r in range(runs):
+        data = {"run": f"{prefix}-{r}", "tasks": [{"key": k, "agent": "a"} for k in keys]}
+        body = json.dumps(envelope("run.started", data)).encode()
+        httpx.post(url, content=body, headers=fleet.signed(body), timeout=600).raise_for_status()
+    return [(f"{prefix}-{r}", k) for k in keys for r in range(runs)]
 
 
 def scale_out(args: argparse.Namespace, log: Path) -> None:
@@ -258,13 +261,13 @@ def scale_out(args: argparse.Namespace, log: Path) -> None:
     cells = [(w, k, 0) for k in (1, 2) for w in (1, 2, 4)] + [(4, 2, 100)]
     for n, (web_processes, worker_processes, batch) in enumerate(cells):
         port = PORT + n
-        run = f"scale-{n}"
         web = start_web(env, web_processes, port)
         worker = start_worker(env, worker_processes, log)
         try:
-            keys = declare(fleet, port, run, args.tasks)
-            time.sleep(1)  # the declaration's own recompute
-            applied, refused, elapsed = load(fleet, port, run, keys, args.seconds, batch)
+            keys = declare(fleet, port, f"scale-{n}", args.scale_runs, args.tasks)
+            while pending_changes(DB):  # the declarations' own recomputes
+                time.sleep(0.2)
+            applied, refused, elapsed = load(fleet, port, keys, args.seconds, batch)
             drain_began = time.monotonic()
             while pending_changes(DB) and time.monotonic() - drain_began < 120:
                 time.sleep(0.2)
@@ -398,7 +401,8 @@ def against_sql(name: str, url: str, headers: dict[str, str], user: Any, times: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--tasks", type=int, default=20_000, help="tasks of each scale-out run")
+    parser.add_argument("--scale-runs", type=int, default=50, help="runs of each scale-out cell")
+    parser.add_argument("--tasks", type=int, default=200, help="tasks of each scale-out run")
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--tasks-per-run", type=int, default=1000)
     parser.add_argument("--escalations", type=int, default=100_000)

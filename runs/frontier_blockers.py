@@ -232,6 +232,7 @@ def _transaction_barred(
     """
     relevant: Collection[str]
     seeds: set[str]
+    undecided: dict[str, list[str]] = {}
     if previous is None:
         # The whole run: spread from the real causes over every pending task.
         relevant, seeds = blockers_of.keys(), set(hard)
@@ -241,7 +242,7 @@ def _transaction_barred(
             if below is not None and groups_of is not None
             else {}
         )
-        relevant, seeds = _deciders(nodes, keys, groups, hard, blockers_of, previous, known)
+        relevant, seeds, undecided = _deciders(nodes, keys, groups, hard, blockers_of, known)
 
     dependants_of: dict[str, list[str]] = {}
     for key in relevant:
@@ -253,19 +254,32 @@ def _transaction_barred(
     blocked: set[str] = set()
     counted: dict[str, int] = {}
     work: list[tuple[bool, str]] = [(True, key) for key in seeds]
-    while work:
-        is_own, key = work.pop()
-        if is_own and key not in own:
-            own.add(key)
-            transaction = nodes[key].transaction
-            if transaction is not None and transaction in groups:
-                counted[transaction] = counted.get(transaction, 0) + 1
-                if counted[transaction] == 1:
-                    work.extend((False, m) for m in groups[transaction] if m != key)
-        if key in blocked:
-            continue
-        blocked.add(key)
-        work.extend((True, dependant) for dependant in dependants_of.get(key, ()))
+    outside: dict[str, bool] = {}
+    while True:
+        while work:
+            is_own, key = work.pop()
+            if is_own and key not in own:
+                own.add(key)
+                transaction = nodes[key].transaction
+                if transaction is not None and transaction in groups:
+                    counted[transaction] = counted.get(transaction, 0) + 1
+                    if counted[transaction] == 1:
+                        work.extend((False, m) for m in groups[transaction] if m != key)
+            if key in blocked:
+                continue
+            blocked.add(key)
+            work.extend((True, dependant) for dependant in dependants_of.get(key, ()))
+        # A group with two members blocked by their own cause bars every member whatever else
+        # holds; only when one has fewer do the prerequisites outside the region decide (each
+        # walked up from the stored blockers, as it was: its facts did not change).
+        if not undecided or all(counted.get(name, 0) >= 2 for name in groups):
+            break
+        for key, prerequisites in undecided.items():
+            if key not in own and any(
+                _was_blocked(nodes, p, previous, outside) for p in prerequisites
+            ):
+                work.append((True, key))
+        undecided = {}
 
     barred: list[str] = []
     for transaction, group in groups.items():
@@ -282,17 +296,17 @@ def _deciders(
     groups: Mapping[str, list[str]],
     hard: set[str],
     blockers_of: Mapping[str, list[str]],
-    previous: Mapping[str, Collection[str]],
     known: Mapping[str, bool],
-) -> tuple[set[str], set[str]]:
+) -> tuple[set[str], set[str], dict[str, list[str]]]:
     """The tasks of a region that can decide its barriers (the members and their pending
-    ancestors in the region), and those among them blocked by a cause of their own (`known`:
-    members whose own cause did not change, and what it is)."""
+    ancestors in the region), those among them blocked by a cause of their own (`known`:
+    members whose own cause did not change, and what it is), and, for the others, their pending
+    prerequisites outside the region (blocked or not as they were)."""
     relevant: set[str] = set()
     stack = [key for group in groups.values() for key in group]
     relevant.update(stack)
     seeds: set[str] = {key for key in stack if known.get(key)}
-    outside: dict[str, bool] = {}
+    undecided: dict[str, list[str]] = {}
     while stack:
         key = stack.pop()
         if key in hard:
@@ -308,13 +322,9 @@ def _deciders(
                 if prerequisite not in relevant:
                     relevant.add(prerequisite)
                     stack.append(prerequisite)
-            elif (
-                key not in seeds
-                and prerequisite not in keys
-                and _was_blocked(nodes, prerequisite, previous, outside)
-            ):
-                seeds.add(key)
-    return relevant, seeds
+            elif key not in seeds and prerequisite not in keys:
+                undecided.setdefault(key, []).append(prerequisite)
+    return relevant, seeds, undecided
 
 
 def _before(
