@@ -63,7 +63,7 @@ policy-lab: install
 	$(PY) manage.py policy_lab --verify --write-results $(LAB_RESULTS)
 
 bench: install
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 # Everything the build and the app made: the environment (.venv, node_modules), the database
 # and files under var/. `make run` builds it all again; `make demo-reset` keeps the environment.

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
-DB = "bulkhead_bench_desk"
+DB = "bulkhead_bench_desk" + os.environ.get("BENCH_DB_SUFFIX", "")
 BROKER = os.environ.get("BENCH_DESK_BROKER", "redis://127.0.0.1:6379/12")
 PORT = int(os.environ.get("BENCH_DESK_PORT", "8777"))
 WARMUP = 5  # answers and pings before the measured ones (first connections, first imports)

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
-DB = "bulkhead_bench_frontier"
+DB = "bulkhead_bench_frontier" + os.environ.get("BENCH_DB_SUFFIX", "")
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -14,13 +14,14 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from fleet import signing
+from fleet import keyring, signing
 from fleet.dispatch import HANDLERS, Context, reference_errors
 from fleet.errors import Refusal, error, errors_body
 from fleet.errors import body as refusal_body
 from fleet.events import Strict, loads, parse, partial_of
-from fleet.models import Agent, Event, SigningKey
+from fleet.models import Agent, Event
 
 log = logging.getLogger(__name__)
 
@@ -36,23 +37,18 @@ class Reply:
 
 
 def authenticate(agent_id: str, headers: Mapping[str, str], body: bytes) -> Agent | None:
-    """The agent whose active key signed the body, in one query; None for any failure."""
+    """The agent whose active key signed the body (its keys cached); None for any failure."""
     try:
         key = uuid.UUID(agent_id)
     except ValueError:
         key = None
-    keys = list(
-        SigningKey.objects.filter(agent_id=key, active=True).select_related("agent__fleet")
-        if key
-        else []
-    )
+    agent, secrets = keyring.agent_and_secrets(key) if key else (None, [])
     # An unknown agent costs the same HMAC work as a known one with a wrong key.
-    secrets = [k.secret for k in keys] or ["whsec_" + "A" * 32]
     try:
-        signing.verify(secrets, headers=headers, body=body)
+        signing.verify(secrets or ["whsec_" + "A" * 32], headers=headers, body=body)
     except signing.SignatureError:
         return None
-    return keys[0].agent if keys else None
+    return agent
 
 
 def webhook_id_problem(webhook_id: str) -> str | None:
@@ -193,14 +189,53 @@ def apply(
 ) -> Reply:
     """Apply one event once: a replay of its webhook-id gets the first response."""
     digest = hashlib.sha256(body).hexdigest()
+    ready = prepare(
+        agent,
+        raw,
+        imported=imported,
+        repeated=repeated,
+        used=lambda: replayed(agent, webhook_id, digest),
+    )
+    if isinstance(ready, Reply):
+        return ready
+    envelope, data, actor = ready
+    for _ in range(2):
+        try:
+            with transaction.atomic():
+                event = applied(agent, actor, webhook_id, digest, envelope, data, imported)
+                # The unique (agent, webhook_id) row goes in last, with the response: a
+                # concurrent copy waits on it here and rolls back with an IntegrityError.
+                event.save(force_insert=True)
+            return Reply(202, answer(event))
+        except Refusal as exc:
+            # A copy applied first may have moved the state on (the task is running now).
+            return replayed(agent, webhook_id, digest) or Reply(exc.status, refusal_body(exc))
+        except IntegrityError:
+            used = replayed(agent, webhook_id, digest)
+            if used is not None:
+                return used
+            # A concurrent event created the same row first (a run, a claim): apply again.
+    return Reply(409, errors_body([error("body", "conflicts with a concurrent event; retry")]))
+
+
+def prepare(
+    agent: Agent,
+    raw: object,
+    *,
+    imported: bool,
+    repeated: Sequence[dict[str, str]],
+    used: Callable[[], Reply | None],
+) -> tuple[Any, Strict, Agent] | Reply:
+    """The event's envelope, data and actor, or the refusal naming every bad field and
+    reference (`used()`, the first response, when its id was applied already: a used id is a
+    conflict before it is a bad body)."""
     try:
         envelope, data = parse(raw, imported=imported, repeated=repeated)
         packet_too_big(data)
     except Refusal as exc:
-        # A used webhook-id is a conflict before it is a bad body.
-        used = replayed(agent, webhook_id, digest)
-        if used is not None:
-            return used
+        first = used()
+        if first is not None:
+            return first
         errors = exc.errors
         if exc.partial is not None:
             named = {e["loc"] for e in errors}
@@ -211,25 +246,17 @@ def apply(
     try:
         actor = actor_for(agent, data)
     except Refusal as exc:
-        used = replayed(agent, webhook_id, digest)
-        if used is not None:
-            return used
+        first = used()
+        if first is not None:
+            return first
         errors = exc.errors
         if exc.status == 422:  # an unknown agent: name the other bad references with it
             errors += reference_errors(agent, partial_of(envelope.type, envelope.data, data, []))
         return Reply(exc.status, errors_body(errors))
-    for _ in range(2):
-        try:
-            return _apply_once(agent, actor, webhook_id, digest, envelope, data, imported)
-        except IntegrityError:
-            used = replayed(agent, webhook_id, digest)
-            if used is not None:
-                return used
-            # A concurrent event created the same row first (a run, a claim): apply again.
-    return Reply(409, errors_body([error("body", "conflicts with a concurrent event; retry")]))
+    return envelope, data, actor
 
 
-def _apply_once(
+def applied(
     agent: Agent,
     actor: Agent,
     webhook_id: str,
@@ -237,38 +264,39 @@ def _apply_once(
     envelope: Any,
     data: Strict,
     imported: bool,
-) -> Reply:
-    try:
-        with transaction.atomic():
-            # The unique (agent, webhook_id) row goes in first: concurrent copies wait on it.
-            event = Event(
-                fleet_id=agent.fleet_id,
-                agent=agent,
-                webhook_id=webhook_id,
-                body_sha256=digest,
-                type=envelope.type,
-                data=envelope.data,
-                occurred_at=event_time(envelope.timestamp),
-                response_status=202,
-                response={},
-            )
-            event.save(force_insert=True)
-            # A live event happened when Bulkhead received it (the server's clock: an agent's
-            # own stamp cannot stretch or shrink minutes); a past run's, at its envelope's time.
-            at = event.occurred_at if imported else event.received_at
-            context = Context(sender=agent, actor=actor, at=at, imported=imported)
-            extra = HANDLERS[envelope.type](context, data)
-            response = {"event": str(event.pk), "type": envelope.type, **extra}
-            Event.objects.filter(pk=event.pk).update(response=response)
-    except Refusal as exc:
-        return Reply(exc.status, refusal_body(exc))
-    return Reply(202, response)
+) -> Event:
+    """Apply the event (in the caller's transaction); its row, with the response, to store."""
+    # A live event happened when Bulkhead received it (the server's clock: an agent's own stamp
+    # cannot stretch or shrink minutes); a past run's, at its envelope's time.
+    received = timezone.now()
+    occurred = event_time(envelope.timestamp)
+    context = Context(
+        sender=agent, actor=actor, at=occurred if imported else received, imported=imported
+    )
+    response = {"type": envelope.type, **HANDLERS[envelope.type](context, data)}
+    return Event(
+        fleet_id=agent.fleet_id,
+        agent=agent,
+        webhook_id=webhook_id,
+        body_sha256=digest,
+        type=envelope.type,
+        data=envelope.data,
+        occurred_at=occurred,
+        received_at=received,
+        response_status=202,
+        response=response,
+    )
+
+
+def answer(event: Event) -> dict[str, Any]:
+    """The reply to an applied event: its stored response, led by the event's own id."""
+    return {"event": str(event.pk), **event.response}
 
 
 def replay(previous: Event, digest: str) -> Reply:
     if previous.body_sha256 != digest:
         return Reply(409, errors_body([error("webhook-id", "already used for a different body")]))
-    return Reply(previous.response_status, previous.response)
+    return Reply(previous.response_status, answer(previous))
 
 
 def packet_too_big(data: Strict) -> None:

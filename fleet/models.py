@@ -8,6 +8,7 @@ from base64 import b64encode
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 def new_signing_secret() -> str:
@@ -184,9 +185,9 @@ class Event(models.Model):
     type = models.CharField(max_length=40)
     data = models.JSONField()
     occurred_at = models.DateTimeField()
-    received_at = models.DateTimeField(auto_now_add=True)
+    received_at = models.DateTimeField(default=timezone.now)
     response_status = models.PositiveSmallIntegerField()
-    response = models.JSONField()
+    response = models.JSONField(help_text="The reply's body but its `event` (this row's id).")
 
     class Meta:
         constraints = [

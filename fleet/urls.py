@@ -11,6 +11,7 @@ handler403 = "fleet.views.permission_denied"
 
 urlpatterns = [
     path("hooks/v1/agents/<str:agent_id>/events", views.agent_events, name="agent-events"),
+    path("hooks/v1/agents/<str:agent_id>/batches", views.agent_batches, name="agent-batches"),
     path("api/v1/", api.urls),
     path("demo/callback/<slug:fleet_name>", views.demo_callback, name="demo-callback"),
     path("healthz", views.healthz, name="healthz"),

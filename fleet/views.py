@@ -1,5 +1,7 @@
 """HTTP endpoints of the fleet: the agent webhook, the demo callback, health, the error pages."""
 
+from collections.abc import Callable
+
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, connection
@@ -10,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from kombu import Connection
 
 from escalations.views.pages import refused_in_place
-from fleet import intake, signing
+from fleet import batches, intake, signing
 from fleet.errors import error, errors_body
 from fleet.middleware import database_unavailable, is_database_down
 from fleet.models import Fleet
@@ -52,17 +54,32 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 
 @csrf_exempt
 def agent_events(request: HttpRequest, agent_id: str) -> HttpResponse:
+    return signed_post(request, agent_id, intake.receive, settings.WEBHOOK_MAX_BODY_BYTES, "events")
+
+
+@csrf_exempt
+def agent_batches(request: HttpRequest, agent_id: str) -> HttpResponse:
+    limit = settings.WEBHOOK_MAX_BATCH_BYTES
+    return signed_post(request, agent_id, batches.receive_batch, limit, "a batch of events")
+
+
+def signed_post(
+    request: HttpRequest,
+    agent_id: str,
+    receive: Callable[..., intake.Reply],
+    limit: int,
+    what: str,
+) -> HttpResponse:
     if request.method != "POST":
         response = JsonResponse(
-            errors_body([error("method", f"{request.method} is not allowed; POST events")]),
+            errors_body([error("method", f"{request.method} is not allowed; POST {what}")]),
             status=405,
         )
         response["Allow"] = "POST"
         return response
-    limit = settings.WEBHOOK_MAX_BODY_BYTES
     body = request.read(limit + 1)  # never buffer more than the limit
     try:
-        reply = intake.receive(
+        reply = receive(
             agent_id=agent_id,
             headers={k.lower(): v for k, v in request.headers.items()},
             body=body,

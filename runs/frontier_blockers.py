@@ -42,13 +42,17 @@ def evaluate(
     halt: tuple[str, ...],
     previous: Mapping[str, Collection[str]] | None,
     dependants_of: Mapping[str, Sequence[str]] | None = None,
+    below: Collection[str] | None = None,
+    groups_of: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """The sorted blockers of every pending task among `keys`.
 
-    `keys` must be closed over dependants and transaction groups. Pending prerequisites outside
-    `keys` are taken as they were in `previous` (their facts did not change). `dependants_of`
-    (reverse edges, as in `GraphIndex`) spares rebuilding them when claims hold a producer's
-    dependants.
+    `keys` must hold every task whose blockers the change can alter, closed over transaction
+    groups. Pending prerequisites outside `keys` are taken as they were in `previous` (their
+    facts did not change). `dependants_of` (reverse edges, as in `GraphIndex`) spares rebuilding
+    them when claims hold a producer's dependants. `below` (with `groups_of`, every group's
+    members) names the tasks under the change: a group member outside it is blocked by a cause
+    of its own as it was before, which its group's stored barriers tell (see `_before`).
     """
     not_up = world.down | world.unknown
     role_barriers = tuple(
@@ -73,7 +77,10 @@ def evaluate(
 
     groups = {name: keys_ for name, keys_ in members.items() if len(keys_) > 1}
     if groups:
-        for key in _transaction_barred(nodes, keys, groups, hard, blockers_of, previous):
+        barred = _transaction_barred(
+            nodes, keys, groups, hard, blockers_of, previous, below=below, groups_of=groups_of
+        )
+        for key in barred:
             blockers_of[key].append(TRANSACTION)
     return {
         key: tuple(sorted(set(blockers))) if blockers else ()
@@ -212,6 +219,9 @@ def _transaction_barred(
     hard: set[str],
     blockers_of: Mapping[str, list[str]],
     previous: Mapping[str, Collection[str]] | None,
+    *,
+    below: Collection[str] | None = None,
+    groups_of: Mapping[str, Sequence[str]] | None = None,
 ) -> list[str]:
     """The pending members of a transaction group in which another pending member is blocked.
 
@@ -222,11 +232,17 @@ def _transaction_barred(
     """
     relevant: Collection[str]
     seeds: set[str]
+    undecided: dict[str, list[str]] = {}
     if previous is None:
         # The whole run: spread from the real causes over every pending task.
         relevant, seeds = blockers_of.keys(), set(hard)
     else:
-        relevant, seeds = _deciders(nodes, keys, groups, hard, blockers_of, previous)
+        known = (
+            _before(nodes, groups, previous, below, groups_of)
+            if below is not None and groups_of is not None
+            else {}
+        )
+        relevant, seeds, undecided = _deciders(nodes, keys, groups, hard, blockers_of, known)
 
     dependants_of: dict[str, list[str]] = {}
     for key in relevant:
@@ -238,19 +254,32 @@ def _transaction_barred(
     blocked: set[str] = set()
     counted: dict[str, int] = {}
     work: list[tuple[bool, str]] = [(True, key) for key in seeds]
-    while work:
-        is_own, key = work.pop()
-        if is_own and key not in own:
-            own.add(key)
-            transaction = nodes[key].transaction
-            if transaction is not None and transaction in groups:
-                counted[transaction] = counted.get(transaction, 0) + 1
-                if counted[transaction] == 1:
-                    work.extend((False, m) for m in groups[transaction] if m != key)
-        if key in blocked:
-            continue
-        blocked.add(key)
-        work.extend((True, dependant) for dependant in dependants_of.get(key, ()))
+    outside: dict[str, bool] = {}
+    while True:
+        while work:
+            is_own, key = work.pop()
+            if is_own and key not in own:
+                own.add(key)
+                transaction = nodes[key].transaction
+                if transaction is not None and transaction in groups:
+                    counted[transaction] = counted.get(transaction, 0) + 1
+                    if counted[transaction] == 1:
+                        work.extend((False, m) for m in groups[transaction] if m != key)
+            if key in blocked:
+                continue
+            blocked.add(key)
+            work.extend((True, dependant) for dependant in dependants_of.get(key, ()))
+        # A group with two members blocked by their own cause bars every member whatever else
+        # holds; only when one has fewer do the prerequisites outside the region decide (each
+        # walked up from the stored blockers, as it was: its facts did not change).
+        if not undecided or all(counted.get(name, 0) >= 2 for name in groups):
+            break
+        for key, prerequisites in undecided.items():
+            if key not in own and any(
+                _was_blocked(nodes, p, previous, outside) for p in prerequisites
+            ):
+                work.append((True, key))
+        undecided = {}
 
     barred: list[str] = []
     for transaction, group in groups.items():
@@ -267,20 +296,24 @@ def _deciders(
     groups: Mapping[str, list[str]],
     hard: set[str],
     blockers_of: Mapping[str, list[str]],
-    previous: Mapping[str, Collection[str]],
-) -> tuple[set[str], set[str]]:
+    known: Mapping[str, bool],
+) -> tuple[set[str], set[str], dict[str, list[str]]]:
     """The tasks of a region that can decide its barriers (the members and their pending
-    ancestors in the region), and those among them blocked by a cause of their own."""
+    ancestors in the region), those among them blocked by a cause of their own (`known`:
+    members whose own cause did not change, and what it is), and, for the others, their pending
+    prerequisites outside the region (blocked or not as they were)."""
     relevant: set[str] = set()
     stack = [key for group in groups.values() for key in group]
     relevant.update(stack)
-    seeds: set[str] = set()
-    outside: dict[str, bool] = {}
+    seeds: set[str] = {key for key in stack if known.get(key)}
+    undecided: dict[str, list[str]] = {}
     while stack:
         key = stack.pop()
         if key in hard:
             seeds.add(key)
             continue  # blocked by its own cause, whatever its prerequisites are
+        if key in known:
+            continue  # as it was: nothing above it changed
         for prerequisite in nodes[key].prerequisites:
             before = nodes.get(prerequisite)
             if before is None or before.state != "pending":
@@ -289,13 +322,47 @@ def _deciders(
                 if prerequisite not in relevant:
                     relevant.add(prerequisite)
                     stack.append(prerequisite)
-            elif (
-                key not in seeds
-                and prerequisite not in keys
-                and _was_blocked(nodes, prerequisite, previous, outside)
+            elif key not in seeds and prerequisite not in keys:
+                undecided.setdefault(key, []).append(prerequisite)
+    return relevant, seeds, undecided
+
+
+def _before(
+    nodes: Mapping[str, TaskNode],
+    groups: Mapping[str, list[str]],
+    previous: Mapping[str, Collection[str]],
+    below: Collection[str],
+    groups_of: Mapping[str, Sequence[str]],
+) -> dict[str, bool]:
+    """Whether each member outside `below` is blocked by a cause of its own, where its group's
+    stored barriers tell: nothing above it changed, so it is as it was.
+
+    Before the change, a pending member was barred when another pending member had a cause of
+    its own. So when two or more stored members have no barrier, none had a cause; when exactly
+    one has none, it alone had one. When every one is barred, the members with a hard blocker
+    stored had a cause and the rest are not known (they are walked up, as before).
+    """
+    known: dict[str, bool] = {}
+    for name, group in groups.items():
+        outside = [key for key in group if key not in below]
+        if not outside:
+            continue
+        stored = [key for key in groups_of.get(name, ()) if key in previous]
+        if len(stored) < 2:
+            continue
+        free = [key for key in stored if TRANSACTION not in previous[key]]
+        for key in outside:
+            if key not in previous:
+                continue
+            if len(free) >= 2:
+                known[key] = False
+            elif len(free) == 1:
+                known[key] = key == free[0]
+            elif any(
+                code != TRANSACTION and not code.startswith(PREREQUISITE) for code in previous[key]
             ):
-                seeds.add(key)
-    return relevant, seeds
+                known[key] = True
+    return known
 
 
 def _was_blocked(

@@ -32,7 +32,20 @@ def build_index(nodes: Mapping[str, TaskNode]) -> GraphIndex:
         groups={name: tuple(sorted(keys)) for name, keys in groups.items()},
         needs={name: tuple(sorted(keys)) for name, keys in needs.items()},
         external=tuple(sorted(external)),
+        feeds_groups=frozenset(_above(nodes, [k for keys in groups.values() for k in keys])),
     )
+
+
+def _above(nodes: Mapping[str, TaskNode], keys: Iterable[str]) -> set[str]:
+    """`keys` and every task they depend on, directly or through others."""
+    seen = set(keys)
+    stack = list(seen)
+    while stack:
+        for prerequisite in nodes[stack.pop()].prerequisites:
+            if prerequisite not in seen and prerequisite in nodes:
+                seen.add(prerequisite)
+                stack.append(prerequisite)
+    return seen
 
 
 def recompute(
@@ -42,6 +55,7 @@ def recompute(
     previous: Mapping[str, Collection[str]],
     changed: Iterable[str],
     index: GraphIndex | None = None,
+    spread: Iterable[str] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """The pending tasks whose blockers differ from `previous` (`()` means now ready).
 
@@ -51,15 +65,32 @@ def recompute(
     transaction groups (closed under the same rule) are evaluated. Pass an `index` from
     `build_index` to avoid rebuilding it on every call. A change in the set of capabilities that
     holds a global halt changes every pending task, and the whole run is evaluated.
+
+    `spread` names the changed tasks whose every descendant must be evaluated again: those whose
+    claims changed (a claim checked, posted or superseded), which their dependants consume
+    implicitly. None (the default) takes every changed task. Below the others only a task's
+    direct dependants (its state is their prerequisite) and what can bar a transaction group
+    (`GraphIndex.feeds_groups`) are evaluated: a task's blockers name its prerequisites, not
+    theirs, and the change reaches the rest only through a group.
     """
     if index is None:
         index = build_index(nodes)
     halt = halt_blockers(nodes, world, index)
-    keys: Collection[str] = (
-        nodes.keys() if set(halt) != _halt_of(previous) else _reach(nodes, changed, index)
-    )
+    if set(halt) != _halt_of(previous):
+        keys: Collection[str] = nodes.keys()
+        below: Collection[str] | None = None
+    else:
+        changed = set(changed)
+        keys, below = _reach(nodes, changed, index, changed if spread is None else set(spread))
     evaluated = evaluate(
-        nodes, world, keys, halt=halt, previous=previous, dependants_of=index.dependants
+        nodes,
+        world,
+        keys,
+        halt=halt,
+        previous=previous,
+        dependants_of=index.dependants,
+        below=below,
+        groups_of=index.groups,
     )
     updates: dict[str, tuple[str, ...]] = {}
     for key in sorted(evaluated):
@@ -119,22 +150,39 @@ def _halt_of(previous: Mapping[str, Collection[str]]) -> set[str]:
     return set()
 
 
-def _reach(nodes: Mapping[str, TaskNode], changed: Iterable[str], index: GraphIndex) -> set[str]:
-    """The changed tasks closed over dependants and transaction groups."""
+def _reach(
+    nodes: Mapping[str, TaskNode], changed: set[str], index: GraphIndex, spread: set[str]
+) -> tuple[set[str], set[str]]:
+    """What a change can alter: the changed tasks, their direct dependants, every descendant of
+    those in `spread`, and, closed over dependants and transaction groups, whatever can bar a
+    group. Also returns the tasks below the change (the changed ones and their descendants
+    reached): whether a task outside them is blocked did not change."""
     seen = {key for key in changed if key in nodes}
-    stack = list(seen)
+    below = set(seen)
+    spreading = {key for key in seen if key in spread}
+    stack = [(key, key in spread) for key in seen]
     dependants_of = index.dependants
     groups = index.groups
+    feeds = index.feeds_groups
     while stack:
-        key = stack.pop()
+        key, everything = stack.pop()
+        direct = key in changed
         for dependant in dependants_of.get(key, ()):
-            if dependant not in seen:
-                seen.add(dependant)
-                stack.append(dependant)
+            if not (everything or direct or dependant in feeds):
+                continue
+            # Below the change even when seen already (a member its group brought in): whether
+            # it is blocked can change with this task's.
+            below.add(dependant)
+            if everything and dependant not in spreading:
+                spreading.add(dependant)
+            elif dependant in seen:
+                continue
+            seen.add(dependant)
+            stack.append((dependant, everything))
         transaction = nodes[key].transaction
         if transaction is not None:
             for member in groups.get(transaction, ()):
                 if member not in seen:
                     seen.add(member)
-                    stack.append(member)
-    return seen
+                    stack.append((member, False))
+    return seen, below

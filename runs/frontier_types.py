@@ -107,3 +107,6 @@ class GraphIndex:
     groups: Mapping[str, tuple[str, ...]]  # transaction -> its members
     needs: Mapping[str, tuple[str, ...]]  # capability -> tasks requiring it or reading its state
     external: tuple[str, ...]  # tasks with an external effect
+    # The members of transaction groups and every task above one of them: only a change among
+    # these can bar a group, so a change's reach stops at a task outside it.
+    feeds_groups: frozenset[str] = frozenset()

@@ -6,8 +6,12 @@ from datetime import datetime
 from runs.models import Blocker, Hold, Run, Task
 
 
-def place(*, task: Task, code: str, at: datetime) -> None:
-    """Hold the task under `code` (`escalation:<id>`); placing it again renews a lifted hold."""
+def place(*, task: Task, code: str, at: datetime, new: bool = False) -> None:
+    """Hold the task under `code` (`escalation:<id>`); placing it again renews a lifted hold.
+    `new`: the code was never placed (a new escalation's), so it is only inserted."""
+    if new:
+        Hold.objects.create(task=task, code=code, placed_at=at)
+        return
     Hold.objects.update_or_create(
         task=task, code=code, defaults={"placed_at": at, "lifted_at": None}
     )

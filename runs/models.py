@@ -45,11 +45,21 @@ class FrontierChange(models.Model):
     """A change the run's stored frontier has not caught up with yet (deleted once it has).
 
     Rows are only inserted by the events that change a run, so they never contend with each
-    other; the reconciler finds runs that still have some and recomputes them.
+    other; the reconciler finds runs that still have some and recomputes them. Each row says what
+    changed, so that one recompute catches up with every change pending (the messages after it
+    find nothing left to do).
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="frontier_changes")
     created_at = models.DateTimeField(auto_now_add=True)
+    keys = models.JSONField(null=True, default=list, help_text="The tasks changed; null: all.")
+    capability = models.CharField(max_length=100, blank=True)
+    claims = models.JSONField(default=list)
+    may_hold = models.BooleanField(
+        default=True,
+        help_text="It may hold back a task the stored frontier has ready (a start, a success or "
+        "a running task's claim cannot: the start gate trusts `ready` past those).",
+    )
 
     class Meta:
         indexes = [models.Index(fields=["created_at"])]

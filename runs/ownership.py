@@ -1,5 +1,7 @@
 """Which run and task an event names, and whether its agent may act on that task."""
 
+from typing import Any
+
 from django.db.models import QuerySet
 
 from fleet.errors import ErrorItem, Refusal, error
@@ -29,6 +31,29 @@ def task_for(run: Run, key: str, loc: str = "data.task", *, lock: bool = True) -
     if task is None:
         raise Refusal([unknown_task(run, key, loc)])
     return task
+
+
+def run_and_task(
+    fleet_id: int,
+    run: str,
+    task: str,
+    *,
+    lock: bool = True,
+    related: tuple[str, ...] = (),
+    **annotations: Any,
+) -> Task:
+    """The task with its run and agent in one query (`task.run`), locked unless `lock` is False;
+    `related` and `annotations` are read in the same query. A miss asks again to say which of
+    them is unknown."""
+    tasks = (
+        Task.objects.filter(run__fleet_id=fleet_id, run__key=run, key=task)
+        .select_related("run", "agent", *related)
+        .annotate(**annotations)
+    )
+    found = (tasks.select_for_update(of=("self",)) if lock else tasks).first()
+    if found is None:
+        raise Refusal([unknown_task(run_for(fleet_id, run), task)])
+    return found
 
 
 def refuse_unless_own(

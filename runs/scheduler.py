@@ -1,7 +1,9 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import transaction
@@ -132,12 +134,74 @@ def frontier_of(run: Run) -> rule.Frontier:
     return rule.frontier(nodes_for(run), world_for(run))
 
 
-def mark_changed(run: Run, keys: Iterable[str] | None, *, capability: str | None = None) -> None:
-    """Record that the run's frontier must be recomputed, and ask a worker after commit."""
-    FrontierChange.objects.create(run=run)
-    changed = None if keys is None else sorted(set(keys))
+@dataclass
+class Marks:
+    """What one batch of events changed in each run, stored as one change per run at its end."""
+
+    runs: dict[int, tuple[set[str], set[str], set[str]]] = field(default_factory=dict)
+    # run id -> (changed task keys, capabilities, claims)
+    holding: set[int] = field(default_factory=set)  # runs with a change that may hold a task
+
+
+_batch: ContextVar[Marks | None] = ContextVar("frontier_batch", default=None)
+
+
+@contextmanager
+def batched() -> Iterator[None]:
+    """Within the block (one transaction), the changes to each run are stored together at its
+    end, with one recompute after commit. A change that may hold back a ready task is marked at
+    once, so that a start later in the block sees that its run's frontier is stale."""
+    marks = Marks()
+    token = _batch.set(marks)
+    try:
+        yield
+    finally:
+        _batch.reset(token)
+    rows = []
+    for run_id, (keys, capabilities, claims) in marks.runs.items():
+        rows.append(FrontierChange(run_id=run_id, keys=sorted(keys), claims=sorted(claims),
+                                   may_hold=False))  # fmt: skip
+        rows += [FrontierChange(run_id=run_id, keys=[], capability=c) for c in sorted(capabilities)]
+    FrontierChange.objects.bulk_create(rows)
+    for run_id in marks.runs:
+        after_commit(tasks.recompute, run_id, [])
+
+
+def mark_changed(
+    run: Run,
+    keys: Iterable[str] | None,
+    *,
+    capability: str | None = None,
+    claim: str | None = None,
+    may_hold: bool = True,
+) -> None:
+    """Record that the run's frontier must be recomputed, and ask a worker after commit.
+
+    `keys` are the tasks whose own facts changed (None: all); `capability` or `claim` names what
+    changed besides them: the recompute adds the tasks whose own conditions mention it.
+    `may_hold` False says the change cannot hold back a task that is ready now.
+    """
+    marks = _batch.get()
+    if marks is not None and keys is not None:
+        if may_hold and run.pk not in marks.holding:
+            FrontierChange.objects.create(run=run, keys=[])
+            marks.holding.add(run.pk)
+        changed, capabilities, claims = marks.runs.setdefault(run.pk, (set(), set(), set()))
+        changed.update(keys)
+        if capability:
+            capabilities.add(capability)
+        if claim:
+            claims.add(claim)
+        return
+    FrontierChange.objects.create(
+        run=run,
+        keys=None if keys is None else sorted(set(keys)),
+        capability=capability or "",
+        claims=[claim] if claim else [],
+        may_hold=may_hold,
+    )
     run_id = run.pk
-    after_commit(tasks.recompute, run_id, changed, capability)
+    after_commit(tasks.recompute, run_id, [])
 
 
 def capability_changed(*, fleet: Fleet, name: str) -> None:
@@ -160,34 +224,66 @@ def open_blockers(run: Run) -> dict[str, tuple[str, ...]]:
 
 @transaction.atomic
 def recompute(
-    run_id: int, changed: Sequence[str] | None = None, capability: str | None = None
+    run_id: int,
+    changed: Sequence[str] | None = None,
+    capability: str | None = None,
+    claims: Sequence[str] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """Bring the stored frontier of a run up to date; returns the tasks whose blockers changed.
 
-    `changed` None means recompute everything (the reconciler's path).
+    What changed is read from the run's pending changes (each recompute catches up with all of
+    them), with what the arguments add; `changed` None means everything (the reconciler's path).
+    A recompute that finds nothing pending and is given nothing returns at once.
     """
     # NO KEY UPDATE: events insert rows referencing the run (a key-share lock) while it recomputes.
     run = Run.objects.select_for_update(no_key=True).get(pk=run_id)
-    pending_changes = list(FrontierChange.objects.filter(run=run).values_list("pk", flat=True))
+    pending = list(
+        FrontierChange.objects.filter(run=run).values_list("pk", "keys", "capability", "claims")
+    )
+    if not pending and changed is not None and not changed and not capability and not claims:
+        return {}  # an earlier recompute caught up with the change this one was sent for
+    everything = changed is None or any(row_keys is None for _, row_keys, _, _ in pending)
+    given = set(changed or ())
+    spreading = set(given)
+    capabilities = {capability} if capability else set()
+    claimed = set(claims or ())
+    for _, row_keys, name, names in pending:
+        given.update(row_keys or ())
+        if name and not row_keys and not names:
+            capabilities.add(name)  # a capability alone: below what needs it nothing spreads
+        else:
+            spreading.update(row_keys or ())
+            capabilities.update([name] if name else [])
+        claimed.update(names)
     meta: TaskMeta = {}
     nodes = nodes_for(run, meta=meta)
     world = world_for(run)
     previous = open_blockers(run)
-    if changed is None:
+    if everything:
         keys: set[str] = set(nodes)
     else:
-        keys = set(changed)
-        keys |= {k for k, n in nodes.items() if n.state == Task.State.PENDING and k not in previous}
-    if capability:
-        keys |= rule.touched_by_capability(nodes, capability, world)
-    updates = rule.recompute(nodes, world, previous=previous, changed=keys)
+        new = {k for k, n in nodes.items() if n.state == Task.State.PENDING and k not in previous}
+        keys = given | new
+        spreading |= new
+    for name in sorted(capabilities):
+        keys |= rule.touched_by_capability(nodes, name, world)
+    for claim in sorted(claimed):
+        touched = rule.touched_by_claim(nodes, world, claim)
+        keys |= touched
+        spreading |= touched
+    # A capability's change holds or frees the tasks that need it; below them nothing but their
+    # direct dependants and what can bar a transaction group changes. Any other change may be a
+    # claim's, which its producer's dependants consume: everything below it is evaluated.
+    updates = rule.recompute(
+        nodes, world, previous=previous, changed=keys, spread=None if everything else spreading
+    )
     write(run, updates, previous=previous, meta=meta)
     settle_halts(run, nodes, world)
     # A task that left `pending` (started, escalated, cancelled) no longer waits on anything.
     Blocker.objects.filter(task__run=run, cleared_at__isnull=True).exclude(
         task__state=Task.State.PENDING
     ).update(cleared_at=timezone.now())
-    FrontierChange.objects.filter(pk__in=pending_changes).delete()
+    FrontierChange.objects.filter(pk__in=[pk for pk, _, _, _ in pending]).delete()
     settle(run)
     return updates
 
@@ -315,7 +411,8 @@ def after_finish(run: Run, task: Task, attempt: Attempt, *, imported: bool) -> N
         attempt.outcome == Attempt.Outcome.FAILED or bool(attempt.background_killed)
     )
     if not (needs_decision and attempt.outcome == Attempt.Outcome.SUCCEEDED):
-        mark_changed(run, [task.key])
+        # A success only releases; a failure stops what waits on it (and may bar its group).
+        mark_changed(run, [task.key], may_hold=attempt.outcome != Attempt.Outcome.SUCCEEDED)
     if needs_decision:
         attempt_id = attempt.pk
         after_commit(tasks.after_attempt, attempt_id)

@@ -10,15 +10,25 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Max, Q
+from django.db.models import Exists, Max, OuterRef, Q, Subquery
 
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
 from fleet.outbox import notify
 from runs import scheduler
 from runs.claims import consumers
-from runs.models import Artifact, Attempt, Blocker, Claim, Halt, ProgressLine, Run, Task
-from runs.ownership import refuse_unless_own, run_for, task_for
+from runs.models import (
+    Artifact,
+    Attempt,
+    Blocker,
+    Claim,
+    FrontierChange,
+    Halt,
+    ProgressLine,
+    Run,
+    Task,
+)
+from runs.ownership import refuse_unless_own, run_and_task
 from runs.specs import Outcome
 from runs.start_gate import (
     STOP,
@@ -45,9 +55,23 @@ def task_start(
     """The gate: an attempt starts only if its task is pending and in the safe ready frontier,
     does what the decision before it said (a reframe changes the prompt or the context, a reroute
     changes the agent), and re-read the state of every capability that came back (`refresh`)."""
-    found = run_for(actor.fleet_id, run)
-    row = task_for(found, task)
-    number = (row.attempts.aggregate(n=Max("number"))["n"] or 0) + 1
+    row = run_and_task(
+        actor.fleet_id,
+        run,
+        task,
+        attempts_made=Subquery(
+            Attempt.objects.filter(task=OuterRef("pk"))
+            .values("task")
+            .annotate(n=Max("number"))
+            .values("n")
+        ),
+        frontier_stale=Exists(
+            FrontierChange.objects.filter(run_id=OuterRef("run_id"), may_hold=True)
+        ),
+        run_has_claims=Exists(Claim.objects.filter(run_id=OuterRef("run_id"))),
+    )
+    found = row.run
+    number = (getattr(row, "attempts_made", None) or 0) + 1
     decision = None if imported else scheduler.decision_before(row, number)
     if decision is not None and (sender or actor).is_orchestrator:
         # An orchestrator may act for any agent: naming another than the reroute chose ignores
@@ -81,8 +105,9 @@ def task_start(
     row.started_at = row.started_at or at
     row.refresh = []  # re-read, as its start said
     row.save(update_fields=["state", "ready", "started_at", "refresh"])
-    consumers.started_on(row, consumes, at, imported=imported)
-    scheduler.mark_changed(found, [row.key])
+    if consumes or getattr(row, "run_has_claims", True):
+        consumers.started_on(row, consumes, at, imported=imported)
+    scheduler.mark_changed(found, [row.key], may_hold=False)  # a start holds nothing back
     return {"run": found.key, "task": row.key, "attempt": attempt.number}
 
 
@@ -94,6 +119,11 @@ def refuse_unless_startable(run: Run, task: Task, consumes: Sequence[str]) -> No
             + [error("blockers", f"run:{run.state}")],
             status=409,
         )
+    if task.ready and not consumes and not getattr(task, "frontier_stale", True):
+        # The stored frontier holds the task ready, and nothing since its last recompute can
+        # have held it back (starts, successes, running tasks' claims only release): the rule
+        # would say the same. Anything else is asked of the rule.
+        return
     blockers = scheduler.blockers_of(run, task, extra_consumes=consumes)
     if blockers:
         raise Refusal(
@@ -201,8 +231,16 @@ def task_finish(
     imported: bool = False,
 ) -> dict[str, Any]:
     """The attempt's outcome, its artifacts; the retry policy is asked after commit if needed."""
-    found = run_for(actor.fleet_id, run)
-    row = task_for(found, task)
+    latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+    row = run_and_task(
+        actor.fleet_id,
+        run,
+        task,
+        latest_attempt=Subquery(latest.values("pk")[:1]),
+        latest_number=Subquery(latest.values("number")[:1]),
+        latest_outcome=Subquery(latest.values("outcome")[:1]),
+    )
+    found = row.run
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
     attempt = finishing_attempt(row, actor, at, imported=imported)
     attempt.finished_at = at
@@ -214,7 +252,7 @@ def task_finish(
         attempt.failure_signature = outcome.failure.signature
         attempt.failure_message = outcome.failure.message
         attempt.failure_capability = outcome.failure.capability or ""
-    attempt.save()
+    attempt.save(update_fields=FINISHED_FIELDS)
     Artifact.objects.bulk_create(
         [
             Artifact(task=row, kind=a.kind, ref=a.ref, url=a.url or "", created_at=at)
@@ -235,17 +273,32 @@ def task_finish(
     return {"run": found.key, "task": row.key, "state": row.state}
 
 
-def finishing_attempt(task: Task, actor: Agent, at: datetime, *, imported: bool) -> Attempt:
-    """The running attempt a finish ends (an import may finish a task it never started)."""
+FINISHED_FIELDS = [
+    "finished_at", "outcome", "background_killed", "resumable",
+    "failure_kind", "failure_signature", "failure_message", "failure_capability",
+]  # fmt: skip
+
+
+def finishing_attempt(task: Any, actor: Agent, at: datetime, *, imported: bool) -> Attempt:
+    """The running attempt a finish ends (an import may finish a task it never started): the
+    task's latest, read with it (`latest_attempt`, `latest_number`, `latest_outcome`)."""
     if task.state != Task.State.RUNNING and not imported:
         raise Refusal([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
-    attempt = task.attempts.order_by("-number").first()
-    if attempt is not None and attempt.outcome and not imported:
+    if task.latest_attempt is not None and task.latest_outcome and not imported:
         # It finished and waits for the policy's word on the background work it left running.
         raise Refusal(
-            [error("data.task", f"task {task.key!r} attempt {attempt.number} has finished")], 409
+            [error("data.task", f"task {task.key!r} attempt {task.latest_number} has finished")],
+            409,
         )
-    if attempt is not None:
+    if task.latest_attempt is not None:
+        # Only the finish's own fields are written (FINISHED_FIELDS): the rest stays as stored.
+        attempt = Attempt(
+            pk=task.latest_attempt,
+            task=task,
+            number=task.latest_number,
+            outcome=task.latest_outcome,
+        )
+        attempt._state.adding = False
         return attempt
     if not imported:
         raise Refusal([error("data.task", f"task {task.key!r} has no attempt")], 409)

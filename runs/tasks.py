@@ -12,9 +12,15 @@ from runs.models import Run
 
 
 @shared_task(acks_late=True)
-def recompute(run_id: int, changed: list[str] | None = None, capability: str | None = None) -> None:
+def recompute(
+    run_id: int,
+    changed: list[str] | None = None,
+    capability: str | None = None,
+    claims: list[str] | None = None,
+) -> None:
+    """Catch the run's stored frontier up with its pending changes (`changed` None: all of it)."""
     if Run.objects.filter(pk=run_id).exists():
-        scheduler.recompute(run_id, changed, capability)
+        scheduler.recompute(run_id, changed, capability, claims)
 
 
 @shared_task(acks_late=True)

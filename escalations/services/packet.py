@@ -5,6 +5,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Count, Exists, OuterRef, Subquery
+
 from escalations.models import Escalation, FailurePacket, JoinedTask
 from escalations.packet_draft import DRAFTED_FIELDS, missing_fields
 from escalations.packets import Packet, question_key, validate_packet
@@ -16,7 +18,7 @@ from fleet.models import Agent
 from fleet.outbox import notify
 from runs import holds, scheduler, task_state
 from runs.models import Attempt, Decision, Run, Task
-from runs.ownership import refuse_unless_own, run_for, task_for
+from runs.ownership import refuse_unless_own, run_and_task
 
 
 def checked_packet(packet: object) -> tuple[Packet | None, list[ErrorItem]]:
@@ -47,10 +49,24 @@ def packet_submit(
     draft's. `task` is the task's key or its description in words (`data.task` names the task).
     """
     try:
-        found = run_for(actor.fleet_id, run)
-        row = task_for(found, task)
+        row = run_and_task(
+            actor.fleet_id,
+            run,
+            task,
+            related=("run__fleet",),  # its callback, for escalation.opened
+            attempts_made=Subquery(
+                Attempt.objects.filter(task=OuterRef("pk"))
+                .values("task")
+                .annotate(n=Count("pk"))
+                .values("n")
+            ),
+            any_returned=Exists(
+                FailurePacket.objects.filter(task=OuterRef("pk"), returned_at__isnull=False)
+            ),
+        )
     except Refusal as exc:
         raise Refusal(exc.errors + packet_errors(packet, task), exc.status) from None
+    found = row.run
     refuse_unless_own(task=row, actor=actor, sender=sender)
     joined = joining.waiting_join(row)
     if joined is not None:
@@ -76,7 +92,8 @@ def packet_submit(
             "escalation": escalation.pk,
             "packet": "unchanged",
         }
-    refuse_a_returned_packet(checked, row)
+    if getattr(row, "any_returned", True):
+        refuse_a_returned_packet(checked, row)
     stored = store_packet(row, actor, content, checked, at=at, from_draft=from_draft)
     previous = escalation.packet if escalation is not None else None
     alone = escalation is None or not joining.waiting_joined(escalation)
@@ -96,7 +113,7 @@ def packet_submit(
             task=row,
             packet=stored,
             reason="the agent stopped and handed over a failure packet",
-            attempt_number=Attempt.objects.filter(task=row).count(),
+            attempt_number=getattr(row, "attempts_made", None) or 0,
             at=at,
         )
         routing.route_new(escalation, at=at)
@@ -295,15 +312,19 @@ def escalation_for_packet(task: Task) -> tuple[Escalation | None, str]:
     or replaces the packet of the open or claimed one, reopens the one a reviewer returned for a
     better packet, and opens a new one only when the task has neither.
     """
-    escalations = Escalation.objects.select_for_update(of=("self",)).select_related("packet")
-    waiting = (
-        escalations.filter(task=task, status__in=Escalation.OPEN_STATES).order_by("id").first()
+    # A task's escalations, in one read: a task stops a few times at most.
+    every = list(
+        Escalation.objects.select_for_update(of=("self",))
+        .select_related("packet")
+        .filter(task=task)
+        .order_by("id")
     )
+    waiting = next((e for e in every if e.status in Escalation.OPEN_STATES), None)
     if waiting is not None:
         # Bulkhead's draft is filled by the agent's packet, not replaced.
         has_own = waiting.packet is not None and not waiting.packet.drafted
         return waiting, "replaced" if has_own else "filled"
-    latest = escalations.filter(task=task).order_by("-id").first()
+    latest = every[-1] if every else None
     if latest is not None and latest.status == Escalation.Status.RETURNED:
         return latest, "reopened"
     return None, "opened"

@@ -200,7 +200,7 @@ def open_escalation(
         attempt_number=attempt_number,
         opened_at=at,
     )
-    holds.place(task=task, code=hold_of(escalation), at=at)
+    holds.place(task=task, code=hold_of(escalation), at=at, new=True)
     return escalation
 
 

@@ -3,6 +3,8 @@
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Exists, OuterRef
+
 from fleet.errors import Refusal, error
 from fleet.models import Agent
 from runs import scheduler
@@ -10,7 +12,13 @@ from runs.claims import consumers
 from runs.claims.bearing import NO_SUBJECT, subjects_of
 from runs.claims.circular import AGENT_TEXT, cites_an_agent
 from runs.models import Claim, ClaimUse, Evidence, Run, Task
-from runs.ownership import find_task, refuse_unless_own, run_for, task_for, unknown_task
+from runs.ownership import (
+    find_task,
+    refuse_unless_own,
+    run_and_task,
+    run_for,
+    unknown_task,
+)
 from runs.specs import ClaimSpec, EvidenceSpec
 
 
@@ -55,10 +63,25 @@ def claim_post(
     imported: bool = False,
 ) -> dict[str, Any]:
     """A producer's claim: unverified until a verifier checks its evidence against reality."""
-    found = run_for(actor.fleet_id, run)
-    row = task_for(found, task, lock=False)  # posting a claim does not change the task
+    row = run_and_task(  # posting a claim does not change the task: no lock
+        actor.fleet_id,
+        run,
+        task,
+        lock=False,
+        claim_taken=Exists(Claim.objects.filter(run_id=OuterRef("run_id"), key=claim.key)),
+        others_running=Exists(
+            Task.objects.filter(run_id=OuterRef("run_id"), state=Task.State.RUNNING).exclude(
+                pk=OuterRef("pk")
+            )
+        ),
+    )
+    found = row.run
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
-    existing = Claim.objects.filter(run=found, key=claim.key).select_related("run").first()
+    existing = (
+        Claim.objects.filter(run=found, key=claim.key).select_related("run").first()
+        if getattr(row, "claim_taken", True)
+        else None
+    )
     if existing is not None:
         refuse_lowering(existing, claim)
         raise Refusal([error("data.claim.key", f"claim {claim.key!r} was already posted")], 409)
@@ -88,7 +111,10 @@ def claim_post(
             posted_evidence.verdict = Claim.Status.UNVERIFIED
             posted_evidence.verdict_reason = AGENT_TEXT if agent_text else NO_SUBJECT
             posted_evidence.save(update_fields=["verdict", "verdict_reason"])
-    consumers.record_running_uses(posted, at, imported=imported)
+    if getattr(
+        row, "others_running", True
+    ):  # else what consumes it waits for its producer: no use yet
+        consumers.record_running_uses(posted, at, imported=imported)
     answer: dict[str, Any] = {
         "run": found.key,
         "claim": posted.key,
@@ -100,7 +126,12 @@ def claim_post(
         answer["raised"] = posted.raised_by
     if posted.verification_pending:
         scheduler.verify_after_commit(posted)
-    consumers.claim_changed(posted)
+    # What its status can hold (its named consumers, checkers, tasks halted on it, and through
+    # its producer the implicit ones) is found by the recompute, which reads the run anyway.
+    # A running producer's claim holds back nothing that is ready: what consumes it implicitly
+    # waits for the producer, and a task naming it waited for it to be posted.
+    may_hold = row.state != Task.State.RUNNING
+    scheduler.mark_changed(found, [row.key], claim=posted.key, may_hold=may_hold)
     return answer
 
 

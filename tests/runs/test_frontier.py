@@ -668,10 +668,47 @@ def test_the_result_does_not_depend_on_the_order_of_the_mappings(
 
 
 @st.composite
-def changes(draw: st.DrawFn) -> tuple[Nodes, World, Nodes, World, set[str]]:
+def layered_runs(draw: st.DrawFn) -> Nodes:
+    """Wider runs in layers, cut part way through (done above, then a mixed layer, then
+    pending), with transaction groups spanning layers: what the indexed reach must get right."""
+    width, depth = draw(st.integers(2, 6)), draw(st.integers(2, 7))
+    done = draw(st.integers(0, depth - 1))
+    nodes: Nodes = {}
+    for layer in range(depth):
+        for lane in range(width):
+            key = f"t{layer}-{lane}"
+            above = [f"t{layer - 1}-{p}" for p in range(width)] if layer else []
+            state = (
+                "succeeded"
+                if layer < done
+                else draw(st.sampled_from(("pending", "running", "succeeded", "failed")))
+                if layer == done
+                else "pending"
+            )
+            nodes[key] = TaskNode(
+                key=key,
+                state=state,
+                prerequisites=tuple(
+                    draw(st.lists(st.sampled_from(above), max_size=3, unique=True)) if above else []
+                ),
+                capabilities=tuple(draw(st.lists(st.sampled_from(CAPABILITIES), max_size=1))),
+                effect=draw(st.sampled_from(("none", "none", "external"))),
+                transaction=draw(
+                    st.sampled_from((None, None, None, f"x{lane % 2}", f"y{layer // 2}"))
+                ),
+                implicit=draw(st.booleans()),
+            )
+    return nodes
+
+
+@st.composite
+def changes(
+    draw: st.DrawFn, graphs: st.SearchStrategy[Nodes] | None = None
+) -> tuple[Nodes, World, Nodes, World, set[str], set[str]]:
     """A run, then one change to it: a task finished, a capability changed, a claim checked, an
-    escalation answered; with the `changed` a caller would pass."""
-    nodes = draw(runs())
+    escalation answered; with the `changed` and `spread` a caller would pass (only a claim's
+    change spreads to every descendant of its producer)."""
+    nodes = draw(graphs if graphs is not None else runs())
     world = draw(worlds())
     kind = draw(
         st.sampled_from(("finished", "started", "capability", "claim", "escalation", "halt"))
@@ -714,19 +751,110 @@ def changes(draw: st.DrawFn) -> tuple[Nodes, World, Nodes, World, set[str]]:
         rest = {k: v for k, v in world.escalations.items() if k != key}
         new_world = replace(world, escalations=rest)
         changed = {key}
-    return nodes, world, new_nodes, new_world, changed
+    return nodes, world, new_nodes, new_world, changed, changed if kind == "claim" else set()
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(changes(), st.booleans())
-def test_recompute_after_one_change_agrees_with_the_frontier_from_scratch(
-    change: tuple[Nodes, World, Nodes, World, set[str]], cached: bool
-) -> None:
-    nodes, world, new_nodes, new_world, changed = change
+Change = tuple[Nodes, World, Nodes, World, set[str], set[str]]
+
+
+def agrees(change: Change, cached: bool, spread: bool) -> None:
+    nodes, world, new_nodes, new_world, changed, spreading = change
     previous = stored(frontier(nodes, world))
     index = build_index(new_nodes) if cached else None
-    updates = recompute(new_nodes, new_world, previous=previous, changed=changed, index=index)
+    updates = recompute(
+        new_nodes,
+        new_world,
+        previous=previous,
+        changed=changed,
+        index=index,
+        spread=spreading if spread else None,
+    )
     pending = {k for k, n in new_nodes.items() if n.state == "pending"}
     applied = {k: v for k, v in {**previous, **updates}.items() if k in pending}
     assert applied == stored(frontier(new_nodes, new_world))
     assert all(previous.get(k) != v for k, v in updates.items())
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(changes(), st.booleans(), st.booleans())
+def test_recompute_after_one_change_agrees_with_the_frontier_from_scratch(
+    change: Change, cached: bool, spread: bool
+) -> None:
+    agrees(change, cached, spread)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(changes(layered_runs()), st.booleans())
+def test_recompute_on_layered_runs_with_groups_and_cuts_agrees_with_the_frontier(
+    change: Change, spread: bool
+) -> None:
+    agrees(change, True, spread)
+
+
+def test_a_claim_checked_reaches_every_implicit_consumer_below_its_producer() -> None:
+    nodes = run(
+        TaskNode("plan", state="succeeded"),
+        TaskNode("code", state="succeeded", prerequisites=("plan",)),
+        TaskNode("ship", prerequisites=("code",), implicit=True),
+    )
+    refuted = World(claims={"k": ClaimView("refuted", True, producer="plan")})
+    verified = World(claims={"k": ClaimView("verified", True, producer="plan")})
+    previous = stored(frontier(nodes, refuted))
+    assert previous == {"ship": ("claim:k",)}
+    changed = touched_by_claim(nodes, verified, "k")
+    updates = recompute(
+        nodes,
+        verified,
+        previous=previous,
+        changed=changed,
+        spread=changed,
+        index=build_index(nodes),
+    )
+    assert updates == {"ship": ()}
+
+
+def test_a_capability_going_down_evaluates_only_its_tasks_and_their_dependants() -> None:
+    """Below a task the capability holds, its dependants already wait on it: nothing further
+    down is evaluated unless it can bar a transaction group."""
+    chain = [TaskNode(f"t{i}", prerequisites=(f"t{i - 1}",) if i else ()) for i in range(50)]
+    nodes = run(TaskNode("push", capabilities=("forge",)), *chain)
+    nodes["t0"] = TaskNode("t0", prerequisites=("push",))
+    index = build_index(nodes)
+    previous = stored(frontier(nodes, World()))
+    down = World(down=frozenset({"forge"}))
+    seen: list[str] = []
+
+    class Counting(dict):  # the nodes the recompute reads, by key
+        def __getitem__(self, key: str) -> TaskNode:
+            seen.append(key)
+            return super().__getitem__(key)
+
+    changed = touched_by_capability(nodes, "forge", down, index=index)
+    updates = recompute(
+        Counting(nodes), down, previous=previous, changed=changed, spread=(), index=index
+    )
+    assert updates == {"push": ("capability:forge",)}
+    assert set(seen) <= {"push", "t0"}
+    assert updates == {
+        k: v for k, v in stored(frontier(nodes, down)).items() if previous.get(k) != v
+    }
+
+
+def test_a_member_barred_by_its_group_blocks_the_member_below_it() -> None:
+    """Three members of a transaction, the second below the first through a task outside it;
+    the third needs the forge, which goes down. The first is barred (the third has a cause), so
+    the task below it is blocked, and so is the second: a cause of its own, which bars the third
+    too. The recompute must not take the second as it was before."""
+    nodes = run(
+        TaskNode("m1", transaction="tx"),
+        TaskNode("x", prerequisites=("m1",)),
+        TaskNode("m2", prerequisites=("x",), transaction="tx"),
+        TaskNode("m3", transaction="tx", capabilities=("forge",)),
+    )
+    index = build_index(nodes)
+    previous = stored(frontier(nodes, World()))
+    down = World(down=frozenset({"forge"}))
+    changed = touched_by_capability(nodes, "forge", down, index=index)
+    updates = recompute(nodes, down, previous=previous, changed=changed, spread=(), index=index)
+    assert {**previous, **updates} == stored(frontier(nodes, down))
+    assert "barrier:transaction" in updates["m3"]

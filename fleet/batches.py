@@ -1,0 +1,209 @@
+"""Batches of signed events: one request, up to 500 events, each applied once on its own id.
+
+`POST /hooks/v1/agents/<id>/batches` with `{"events": [{"id", "type", "timestamp", "data"}]}`,
+signed as one body like a single event. The events are applied in order, each with the result a
+single post of it would get (`{"results": [{"id", "status", "body"}]}`); an id applied before
+(in an earlier request, or earlier in the same batch) gets its first result again, or a 409 when
+its body differs. The batch is one transaction with a savepoint per event, its event rows one
+insert and each run's frontier one recompute; when a concurrent request applied one of its ids
+first, the batch is applied again event by event.
+"""
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from fleet.errors import Refusal, error, errors_body
+from fleet.errors import body as refusal_body
+from fleet.event_json import loads
+from fleet.intake import (
+    UNAUTHORIZED,
+    Reply,
+    answer,
+    applied,
+    apply,
+    authenticate,
+    over_rate,
+    prepare,
+    replay,
+    webhook_id_problem,
+)
+from fleet.models import Agent, Event
+from runs import scheduler
+
+ITEM_FIELDS = ("id", "type", "timestamp", "data")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One event of a batch: its id, its envelope, and the digest its idempotency compares."""
+
+    id: str
+    raw: dict[str, Any]
+    body: bytes
+    repeated: tuple[dict[str, str], ...]
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.body).hexdigest()
+
+
+def receive_batch(
+    *, agent_id: str, headers: Mapping[str, str], body: bytes, content_type: str
+) -> Reply:
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        return Reply(415, errors_body([error("content-type", "must be application/json")]))
+    if len(body) > settings.WEBHOOK_MAX_BATCH_BYTES:
+        limit = settings.WEBHOOK_MAX_BATCH_BYTES
+        return Reply(413, errors_body([error("body", f"larger than the limit of {limit} bytes")]))
+    agent = authenticate(agent_id, headers, body)
+    if agent is None:
+        return Reply(401, UNAUTHORIZED)
+    bad_id = webhook_id_problem(headers["webhook-id"])
+    if bad_id:
+        return Reply(400, errors_body([error("webhook-id", bad_id)]))
+    wait = over_rate(agent)  # a batch is one request
+    if wait:
+        return Reply(
+            429,
+            errors_body([error("agent", f"too many requests; retry in {wait} s")]),
+            {"Retry-After": str(wait)},
+        )
+    try:
+        raw, repeated = loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        bad = f"byte 0x{body[exc.start]:02x} at offset {exc.start}"
+        return Reply(400, errors_body([error("body", f"not valid UTF-8: {bad}")]))
+    except Refusal as exc:
+        return Reply(exc.status, refusal_body(exc))
+    except ValueError as exc:
+        return Reply(400, errors_body([error("body", f"not valid JSON: {exc}")]))
+    try:
+        items = batch_items(raw, repeated)
+    except Refusal as exc:
+        return Reply(exc.status, refusal_body(exc))
+    return Reply(200, {"results": apply_batch(agent, items)})
+
+
+def batch_items(raw: object, repeated: Sequence[dict[str, str]]) -> list[Item]:
+    """The batch's events; Refusal naming every problem of the batch itself (an event's own
+    type, timestamp and data are checked when it is applied, and refused on their own)."""
+    limit = settings.WEBHOOK_MAX_BATCH_EVENTS
+    if not isinstance(raw, dict):
+        raise Refusal([error("body", 'must be a JSON object {"events": [...]}')])
+    errors = [e for e in repeated if not e["loc"].startswith("events.")]
+    errors += [
+        error(name, "unknown field; a batch holds only events") for name in raw if name != "events"
+    ]
+    events = raw.get("events")
+    if not isinstance(events, list):
+        raise Refusal([*errors, error("events", "must be a list of events")])
+    if len(events) > limit:
+        msg = f"holds {len(events)} events; at most {limit} in one batch: send the rest in another"
+        raise Refusal([error("events", msg)], status=413)
+    if not events:
+        errors.append(error("events", "is empty; send at least one event"))
+    items = []
+    for i, event in enumerate(events):
+        loc = f"events.{i}"
+        if not isinstance(event, dict):
+            errors.append(error(loc, "must be an object with id, type, timestamp and data"))
+            continue
+        event_id = event.get("id")
+        problem = (
+            "is missing: each event has its own id, its idempotency key"
+            if event_id is None
+            else "must be a string"
+            if not isinstance(event_id, str)
+            else "is empty"
+            if not event_id
+            else webhook_id_problem(event_id)
+        )
+        if problem or not isinstance(event_id, str):
+            errors.append(error(f"{loc}.id", problem or "must be a string"))
+            continue
+        envelope = {name: value for name, value in event.items() if name != "id"}
+        prefix = f"{loc}."
+        own = tuple(
+            error(e["loc"].removeprefix(prefix), e["msg"])
+            for e in repeated
+            if e["loc"].startswith(prefix)
+        )
+        if any(e["loc"] == "id" for e in own):
+            errors.append(error(f"{loc}.id", "sent more than once in one object"))
+            continue
+        items.append(Item(event_id, envelope, canonical(envelope), own))
+    if errors:
+        raise Refusal(errors)
+    return items
+
+
+def canonical(envelope: Mapping[str, Any]) -> bytes:
+    """An event's body as its idempotency compares it: canonical JSON (keys sorted, no spaces)."""
+    text = json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def apply_batch(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
+    try:
+        with transaction.atomic(), scheduler.batched():
+            return _apply_together(agent, items)
+    except IntegrityError:
+        # A concurrent request applied one of these ids (or created the same row) first.
+        return [result(item, one_by_one(agent, item)) for item in items]
+
+
+def one_by_one(agent: Agent, item: Item) -> Reply:
+    return apply(
+        agent=agent, webhook_id=item.id, body=item.body, raw=item.raw, repeated=item.repeated
+    )
+
+
+def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
+    """Every event in this transaction; the event rows in one insert at the end."""
+    first: dict[str, Event] = {
+        e.webhook_id: e
+        for e in Event.objects.filter(agent=agent, webhook_id__in={i.id for i in items})
+    }
+    replies: list[Reply | Event] = []
+    fresh: list[Event] = []
+    for item in items:
+        previous = first.get(item.id)
+        if previous is not None:
+            if previous.pk is None and previous.body_sha256 == item.digest:
+                replies.append(previous)  # applied earlier in this batch: its result, once stored
+            else:
+                replies.append(replay(previous, item.digest))
+            continue
+        replies.append(apply_in_batch(agent, item, first, fresh))
+    Event.objects.bulk_create(fresh)
+    return [
+        result(item, Reply(202, answer(reply)) if isinstance(reply, Event) else reply)
+        for item, reply in zip(items, replies, strict=True)
+    ]
+
+
+def apply_in_batch(
+    agent: Agent, item: Item, first: dict[str, Event], fresh: list[Event]
+) -> Reply | Event:
+    ready = prepare(agent, item.raw, imported=False, repeated=item.repeated, used=lambda: None)
+    if isinstance(ready, Reply):
+        return ready
+    envelope, data, actor = ready
+    try:
+        with transaction.atomic():  # a savepoint: a refused event leaves nothing behind
+            event = applied(agent, actor, item.id, item.digest, envelope, data, False)
+    except Refusal as exc:
+        return Reply(exc.status, refusal_body(exc))
+    first[item.id] = event
+    fresh.append(event)
+    return event
+
+
+def result(item: Item, reply: Reply) -> dict[str, Any]:
+    return {"id": item.id, "status": reply.status, "body": reply.body}
