@@ -415,3 +415,5 @@ def test_rerouting_the_escalations_task_hands_the_joined_task_a_new_escalation(d
     assert set(Hold.objects.filter(task=task, lifted_at=None).values_list("code", flat=True)) == {
         f"escalation:{moved.pk}"
     }
+    page = signed_in(alice).get(f"/escalations/{shared}/").content.decode()
+    assert f"escalation {shared} rerouted by alice</strong>" in page
