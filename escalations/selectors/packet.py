@@ -226,11 +226,18 @@ def escalation_history(task: Task) -> list[dict[str, Any]]:
             items.append(
                 {
                     "at": e.acted_at,
-                    "what": f"escalation {e.pk} {e.status} by {who}",
+                    "what": f"escalation {e.pk} {ended(e)} by {who}",
                     "detail": detail,
                 }
             )
     return items
+
+
+def ended(escalation: Escalation) -> str:
+    """How the history says it ended: rerouted and aborted by name, else its status."""
+    if escalation.outcome in (Escalation.Outcome.REROUTED, Escalation.Outcome.ABORTED):
+        return str(escalation.outcome)
+    return str(escalation.status)
 
 
 def delivery_history(escalation: Escalation) -> list[dict[str, Any]]:

@@ -50,6 +50,17 @@ def test_three_agents_one_question_one_answer_releases_all_three(desk, worker, s
         page.set_viewport_size({"width": width, "height": 900})
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         alice.shot(f"one-question-packet-{width}")
+        # On a phone each waiting task is a card, its Split off button on screen.
+        split = page.get_by_role("button", name="Split off invoices tiers")
+        box = split.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= width
+        page.locator("section.waiting-tasks").screenshot(
+            path=str(
+                alice.shot(f"one-question-packet-{width}").with_name(
+                    f"one-question-waiting-{width}.png"
+                )
+            )
+        )
     page.set_viewport_size({"width": 1280, "height": 900})
 
     page.get_by_role("textbox", name="Answer", exact=True).fill("Use the loyalty_points threshold")

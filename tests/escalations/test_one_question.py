@@ -8,7 +8,7 @@ import pytest
 from django.test import TestCase
 
 from escalations.models import Answer, Escalation, JoinedTask
-from escalations.services import escalation_abort
+from escalations.services import escalation_abort, escalation_reroute
 from fleet import services as fleet_services
 from fleet.models import ApiToken, Delivery
 from runs.models import Blocker, Claim, Hold, Task
@@ -396,3 +396,24 @@ def test_the_run_page_of_a_joined_task_says_which_escalation_it_waits_on(desk, a
     assert f'waits on <a href="/escalations/{shared}/">escalation {shared}</a>' in page
     assert "opened by step of run r-planner" in page
     assert "Nothing escalated." not in page
+
+
+def test_rerouting_the_escalations_task_hands_the_joined_task_a_new_escalation(desk, alice):
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    submit(desk, "r-coder")
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        escalation_reroute(
+            escalation=Escalation.objects.get(pk=shared), reviewer=alice, agent="coder", note="x"
+        )
+    assert Escalation.objects.get(pk=shared).outcome == "rerouted"
+    moved = Escalation.objects.get(task__run__key="r-coder")
+    assert moved.status == "open" and "was rerouted by alice" in moved.reason
+    left = JoinedTask.objects.get()
+    assert (left.left, left.left_at is not None) == ("moved", True)
+    task = Task.objects.get(run__key="r-coder")
+    assert set(Hold.objects.filter(task=task, lifted_at=None).values_list("code", flat=True)) == {
+        f"escalation:{moved.pk}"
+    }
+    page = signed_in(alice).get(f"/escalations/{shared}/").content.decode()
+    assert f"escalation {shared} rerouted by alice</strong>" in page

@@ -1,0 +1,59 @@
+"""The rule that says two packets ask the same question: the normalised question, or the same
+`dedup_key` (pure: `escalations.packets.question_key`, `same_question`)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from escalations.packets import question_key, same_question, validate_packet
+from tests.escalations.desk import QUESTION, packet
+
+
+def test_case_spacing_and_punctuation_are_set_aside() -> None:
+    assert question_key("Which tier source?") == question_key("  which   TIER source ? ")
+    assert question_key("Which tier source?") == question_key("Which tier-source?")
+    assert question_key("Which tier source?") != question_key("Which tier sources?")
+
+
+@given(st.text(max_size=200))
+def test_a_key_is_its_own_key(text: str) -> None:
+    key = question_key(text)
+    assert question_key(key) == key
+    assert key == key.strip() and "  " not in key
+
+
+@given(st.text(alphabet=st.characters(categories=["L", "N"]), min_size=1, max_size=40))
+def test_added_spacing_punctuation_and_case_never_change_the_key(word: str) -> None:
+    question = f"Where does {word} come from?"
+    typings = [f"  {question}  ", question.replace(" ", " , "), question.replace("?", " ?!")]
+    if word.upper().casefold() == word.casefold():  # not a letter whose case does not round-trip
+        typings.append(question.upper())
+    for typed in typings:
+        assert question_key(typed) == question_key(question)
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "same"),
+    [
+        (("a b", ""), ("a b", ""), True),  # the same words
+        (("a b", "k1"), ("x y", "k1"), True),  # the same key, whatever the words
+        (("a b", "k1"), ("a b", "k2"), False),  # two keys say they differ
+        (("a b", "k1"), ("a b", ""), True),  # one key: the words decide
+        (("", ""), ("", ""), False),  # nothing to compare
+    ],
+)
+def test_the_same_dedup_key_or_the_same_words(mine, theirs, same) -> None:
+    assert (
+        same_question(
+            key=mine[0], dedup_key=mine[1], other_key=theirs[0], other_dedup_key=theirs[1]
+        )
+        is same
+    )
+
+
+def test_a_packet_keeps_its_dedup_key() -> None:
+    checked = validate_packet(packet("plan", dedup_key="tier-source"))
+    assert not isinstance(checked, list)
+    assert checked.dedup_key == "tier-source"
+    assert checked.as_json()["dedup_key"] == "tier-source"
+    assert checked.smallest_unblocking_question == QUESTION
