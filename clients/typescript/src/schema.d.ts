@@ -1007,6 +1007,12 @@ export interface components {
              * @description The reviewer's note, when the packet was returned.
              */
             note: string | null;
+            /**
+             * Joined
+             * @description The task's packet asked the question another task's escalation already asked, so the task waits on that escalation (its id here): one answer releases both.
+             * @default false
+             */
+            joined?: boolean;
         };
         /** ErrorItem */
         ErrorItem: {
@@ -1267,6 +1273,17 @@ export interface components {
              */
             status: "open" | "claimed" | "answered" | "returned" | "closed";
             /**
+             * Outcome
+             * @description The status, or for a closed escalation how it closed: rerouted (the task went to another agent), aborted (the task was stopped and its run failed), run_failed (closed because another abort failed its run), joined (its task waits on an older escalation with the same question), or closed.
+             * @enum {string}
+             */
+            outcome: "open" | "claimed" | "answered" | "returned" | "closed" | "rerouted" | "aborted" | "run_failed" | "joined";
+            /**
+             * Tasks
+             * @description Every task waiting on the answer, this escalation's own task first (once answered: the tasks the answer was for).
+             */
+            tasks: components["schemas"]["WaitingTask"][];
+            /**
              * Reason
              * @description Why the work was escalated.
              */
@@ -1365,6 +1382,30 @@ export interface components {
             payload: {
                 [key: string]: unknown;
             } | null;
+        };
+        /**
+         * WaitingTask
+         * @description A task the escalation's answer is for.
+         */
+        WaitingTask: {
+            /** Run */
+            run: string;
+            /** Task */
+            task: string;
+            /** Agent */
+            agent: string;
+            /**
+             * Question
+             * @description The question as this task's packet asked it.
+             */
+            question: string | null;
+            /**
+             * Joined
+             * @description False for the task that opened the escalation; true for a task whose packet asked the same question (same words once case, spacing and punctuation are set aside, or the same dedup_key) and joined it.
+             */
+            joined: boolean;
+            /** Joined At */
+            joined_at: string | null;
         };
         /**
          * EscalationRow
