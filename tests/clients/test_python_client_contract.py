@@ -101,6 +101,7 @@ RESPONSES = {
     "BlastRadius": "BlastRadius", "FrontierOut": "FrontierOut", "Deferred": "Deferred",
     "ContextOut": "ContextOut", "PreviousAttempt": "PreviousAttempt", "EscalationOut": "EscalationOut",
     "EscalationRow": "EscalationRow", "EvidenceCheck": "EvidenceCheck", "AnswerOut": "AnswerOut",
+    "WaitingTask": "WaitingTask",
 }  # fmt: skip
 
 

@@ -117,9 +117,10 @@ def test_one_recompute_catches_up_with_every_pending_change(big):
 
 
 @pytest.mark.postgres
-def test_a_packet_opens_its_escalation_in_eight_statements(big):
-    """A packet's row, the escalation, its hold and the task's state are four writes of their own:
-    it stays above the other events' five, whatever the run's size."""
+def test_a_packet_opens_its_escalation_in_sixteen_statements(big):
+    """A packet's row, the escalation, its hold and the task's state are four writes of their own;
+    looking for a waiting escalation that asks the same question and routing the new one to a
+    reviewer cost eight more: it stays above the other events' five, whatever the run's size."""
     packet = {
         "task": "b",
         "tried": ["re-ran the migration"],
@@ -130,4 +131,4 @@ def test_a_packet_opens_its_escalation_in_eight_statements(big):
         "smallest_unblocking_question": "Which field decides the tier?",
     }
     big.post("task.started", {"run": "r1", "task": "b", "attempt": HASHES})
-    assert statements(big, "packet.submitted", {"run": "r1", "task": "b", "packet": packet}) <= 8
+    assert statements(big, "packet.submitted", {"run": "r1", "task": "b", "packet": packet}) <= 16

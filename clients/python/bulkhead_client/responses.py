@@ -69,6 +69,7 @@ class WaitingEscalation(Out):
     drafted: bool
     missing: list[str]
     note: str | None
+    joined: bool = False  # it joined another task's escalation that asks the same question
 
 
 class TaskRow(Out):
@@ -206,11 +207,24 @@ class EvidenceCheck(Out):
     payload: dict[str, Any] | None
 
 
+class WaitingTask(Out):
+    """A task waiting on an escalation: its own task first, then those that joined it."""
+
+    run: str
+    task: str
+    agent: str
+    question: str | None
+    joined: bool
+    joined_at: datetime | None
+
+
 class EscalationOut(Out):
     id: int
     run: str
     task: str
     status: str
+    outcome: str  # the status, or how a closed one closed: rerouted, aborted, run_failed, joined
+    tasks: list[WaitingTask]  # its own task first, then those that joined it
     reason: str
     opened_at: datetime
     question: str | None
@@ -220,6 +234,10 @@ class EscalationOut(Out):
     checks_pending: bool
     checks: list[EvidenceCheck]
     claimed_by: str | None
+    assigned_to: str | None
+    tier: int
+    due_at: datetime | None
+    overdue: bool
     answer: AnswerOut | None
     missing: list[str]
     note: str | None

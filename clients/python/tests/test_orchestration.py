@@ -99,7 +99,9 @@ def test_a_whole_packet_is_sent_as_the_packet_contract_says(fake, run):
 
 def escalation(status, answer=None, missing=(), note=None):
     return {
-        "id": 7, "run": "r1", "task": "plan", "status": status, "reason": "", "opened_at": "2026-06-02T09:00:00Z",
+        "id": 7, "run": "r1", "task": "plan", "status": status, "outcome": status, "tasks": [],
+        "reason": "", "opened_at": "2026-06-02T09:00:00Z", "assigned_to": None, "tier": 1, "due_at": None,
+        "overdue": False,
         "question": "q?", "packet": None, "drafted": False, "from_draft": [], "checks_pending": False,
         "checks": [], "claimed_by": None, "answer": answer, "missing": list(missing), "note": note,
     }  # fmt: skip
