@@ -194,4 +194,4 @@ def test_the_readmes_typescript_quick_start_runs_a_first_task(built, live_app):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[ 'step-0' ]"]
-    assert Run.objects.get(key="first-run").tasks.get(key="step-0").state == "succeeded"
+    assert Run.objects.get(key="first-run-ts").tasks.get(key="step-0").state == "succeeded"

@@ -37,6 +37,27 @@ def test_the_readme_quick_start_runs_a_first_task_with_the_client(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_python_clients_readme_example_runs_after_the_quick_start(
+    live_server, planner, capsys
+):
+    """A newcomer runs the README's quick start, then the client's README on the same agent:
+    the client's example declares a run of its own, so it is not refused as a redeclaration."""
+    _, token = ApiToken.issue(planner.agent)
+    client_readme = (README.parent / "clients" / "python" / "README.md").read_text()
+    [client_code] = re.findall(r"```python\n(.*?)```", client_readme, re.S)
+    for code in (examples()[0], client_code):
+        code = code.replace(
+            "http://127.0.0.1:8000/hooks/v1/agents/<id>/events", f"{live_server.url}{planner.path}"
+        )
+        code = code.replace('secret="whsec_…"', f'secret="{planner.secret}"')
+        code = code.replace('token="bhk_…"', f'token="{token}"')
+        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the READMEs' own examples
+    run = Run.objects.exclude(key="first-run").get()
+    assert run.tasks.get(key="plan").state == "succeeded"
+    assert [claim.key for claim in run.claims.all()] == ["plan.source"]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_readme_example_posts_a_run_of_twenty_tasks(live_server, planner, client, capsys):
     _, code = examples()
     code = code.replace(
