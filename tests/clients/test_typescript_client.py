@@ -195,3 +195,26 @@ def test_the_readmes_typescript_quick_start_runs_a_first_task(built, live_app):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[ 'step-0' ]"]
     assert Run.objects.get(key="first-run-ts").tasks.get(key="step-0").state == "succeeded"
+
+
+@pytest.mark.postgres
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_the_clients_readme_example_runs_as_an_es_module(built, live_app):
+    [code] = re.findall(r"```js\n(.*?)```", (CLIENT / "README.md").read_text(), re.S)
+    fleet = services.fleet_create(name="acme")
+    planner = credentials(live_app, fleet, "planner")
+    code = (
+        code.replace('"@bulkhead/client"', '"./src/index.js"')
+        .replace("http://127.0.0.1:8000/hooks/v1/agents/<id>/events", planner.endpoint)
+        .replace('secret: "whsec_…"', f'secret: "{planner.secret}"')
+        .replace('token: "bhk_…"', f'token: "{planner.token}"')
+    )
+    script = CLIENT / "dist" / "readme-client-example.mjs"
+    script.write_text(code)
+    done = subprocess.run(
+        ["node", str(script)], cwd=CLIENT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[ 'hello' ]"]
+    assert Run.objects.get(key="hello-run").tasks.get(key="hello").state == "pending"

@@ -37,9 +37,7 @@ def test_the_readme_quick_start_runs_a_first_task_with_the_client(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_python_clients_readme_example_runs_after_the_quick_start(
-    live_server, planner, capsys
-):
+def test_the_python_clients_readme_example_runs_after_the_quick_start(live_server, planner, capsys):
     """A newcomer runs the README's quick start, then the client's README on the same agent:
     the client's example declares a run of its own, so it is not refused as a redeclaration."""
     _, token = ApiToken.issue(planner.agent)
