@@ -10,7 +10,6 @@ first, the batch is applied again event by event.
 """
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from fleet.intake import (
     applied,
     apply,
     authenticate,
+    canonical,
     over_rate,
     prepare,
     replay,
@@ -141,12 +141,6 @@ def batch_items(raw: object, repeated: Sequence[dict[str, str]]) -> list[Item]:
     if errors:
         raise Refusal(errors)
     return items
-
-
-def canonical(envelope: Mapping[str, Any]) -> bytes:
-    """An event's body as its idempotency compares it: canonical JSON (keys sorted, no spaces)."""
-    text = json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8", "surrogatepass")
 
 
 def apply_batch(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:

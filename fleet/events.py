@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -81,6 +82,16 @@ def _one_path_segment(key: str) -> str:
 
 
 Key = Annotated[Name, AfterValidator(_one_path_segment)]  # a run's or a task's key
+
+
+def _iso_text(value: object) -> object:
+    """An event's timestamp is ISO 8601 text: a number is not read as Unix seconds or ms."""
+    if not isinstance(value, str):
+        raise ValueError('must be an ISO 8601 string such as "2026-12-02T10:00:00Z"')
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_iso_text)]
 Hash = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 PayloadHash = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 
@@ -262,7 +273,7 @@ class Envelope(BaseModel):
         "capability.changed",
         "packet.submitted",
     ]
-    timestamp: datetime
+    timestamp: Timestamp
     data: dict[str, Any]
     agent: Name | None = None  # only in import_events files
 

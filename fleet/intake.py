@@ -172,10 +172,17 @@ def unreadable(agent: Agent, webhook_id: str, body: bytes, refused: Reply) -> Re
     return replayed(agent, webhook_id, hashlib.sha256(body).hexdigest()) or refused
 
 
-def replayed(agent: Agent, webhook_id: str, digest: str) -> Reply | None:
+def replayed(agent: Agent, webhook_id: str, *digests: str) -> Reply | None:
     """The first response again if the webhook-id was applied (409 if for another body)."""
     previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
-    return replay(previous, digest) if previous is not None else None
+    return replay(previous, *digests) if previous is not None else None
+
+
+def canonical(envelope: object) -> bytes:
+    """An event's body as idempotency compares it: canonical JSON (keys sorted, no spaces), so
+    the same event is the same whether posted alone (spaced as its sender likes) or in a batch."""
+    text = json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
 
 
 def apply(
@@ -187,14 +194,18 @@ def apply(
     imported: bool = False,
     repeated: Sequence[dict[str, str]] = (),
 ) -> Reply:
-    """Apply one event once: a replay of its webhook-id gets the first response."""
-    digest = hashlib.sha256(body).hexdigest()
+    """Apply one event once: a replay of its webhook-id gets the first response.
+
+    The event row keeps the digest of the canonical envelope; an older row may hold the digest
+    of the raw body, which a replay matches as well."""
+    digest = hashlib.sha256(canonical(raw)).hexdigest()
+    digests = (digest, hashlib.sha256(body).hexdigest())
     ready = prepare(
         agent,
         raw,
         imported=imported,
         repeated=repeated,
-        used=lambda: replayed(agent, webhook_id, digest),
+        used=lambda: replayed(agent, webhook_id, *digests),
     )
     if isinstance(ready, Reply):
         return ready
@@ -209,9 +220,9 @@ def apply(
             return Reply(202, answer(event))
         except Refusal as exc:
             # A copy applied first may have moved the state on (the task is running now).
-            return replayed(agent, webhook_id, digest) or Reply(exc.status, refusal_body(exc))
+            return replayed(agent, webhook_id, *digests) or Reply(exc.status, refusal_body(exc))
         except IntegrityError:
-            used = replayed(agent, webhook_id, digest)
+            used = replayed(agent, webhook_id, *digests)
             if used is not None:
                 return used
             # A concurrent event created the same row first (a run, a claim): apply again.
@@ -293,8 +304,8 @@ def answer(event: Event) -> dict[str, Any]:
     return {"event": str(event.pk), **event.response}
 
 
-def replay(previous: Event, digest: str) -> Reply:
-    if previous.body_sha256 != digest:
+def replay(previous: Event, *digests: str) -> Reply:
+    if previous.body_sha256 not in digests:
         return Reply(409, errors_body([error("webhook-id", "already used for a different body")]))
     return Reply(previous.response_status, answer(previous))
 

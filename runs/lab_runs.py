@@ -52,7 +52,10 @@ def what_if(*, run: Run, down: Sequence[str], steps: object) -> dict[str, Any]:
         if name not in choices
     ]
     count = _steps(steps)
-    if count is None:
+    if isinstance(steps, list | tuple):  # the parameter given more than once
+        msg = f"given {len(steps)} times: give one number of steps from 1 to {MAX_STEPS}"
+        errors.append(error("steps", msg))
+    elif count is None:
         errors.append(error("steps", f"a whole number of steps from 1 to {MAX_STEPS}"))
     nodes = scheduler.nodes_for(run)
     to_do = sum(1 for node in nodes.values() if node.state not in ("succeeded", "cancelled"))
@@ -120,7 +123,7 @@ def _steps(value: object) -> int | None:
         return None
     if isinstance(value, str):
         value = value.strip()
-        if not value.isdecimal():
+        if not (value.isascii() and value.isdecimal()):
             return None
         value = int(value)
     if isinstance(value, int) and 1 <= value <= MAX_STEPS:

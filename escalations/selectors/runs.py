@@ -96,20 +96,31 @@ def waiting_escalations(run: Run) -> dict[str, dict[str, Any]]:
 
 
 def escalation_rows(run: Run) -> list[dict[str, Any]]:
-    """Every escalation of the run, newest first, with its answer once it has one."""
+    """Every escalation of the run, newest first, with its answer once it has one; and each
+    escalation a task of the run joined (its packet asked the same question), as that task's."""
     rows = []
-    for e in (
-        Escalation.objects.filter(run=run)
-        .select_related("task", "packet", "answer__reviewer")
-        .order_by("-id")
-    ):
+    found = [
+        (e.task.key, e)
+        for e in Escalation.objects.filter(run=run).select_related(
+            "task", "packet", "answer__reviewer"
+        )
+    ]
+    found += [
+        (joined.task.key, joined.escalation)
+        for joined in JoinedTask.objects.filter(task__run=run)
+        .exclude(left__in=[JoinedTask.Left.SPLIT, JoinedTask.Left.MOVED])
+        .select_related(
+            "task", "escalation__task", "escalation__packet", "escalation__answer__reviewer"
+        )
+    ]
+    for task_key, e in sorted(found, key=lambda found: -found[1].pk):
         packet = e.packet
         missing, note = missing_and_note(e)
         answer = getattr(e, "answer", None)
         rows.append(
             {
                 "id": e.pk,
-                "task": e.task.key,
+                "task": task_key,
                 "status": e.status,
                 "reason": e.reason,
                 "opened_at": e.opened_at,

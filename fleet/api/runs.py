@@ -71,7 +71,10 @@ def run_what_if(
     request: HttpRequest, run: str, down: list[str] = DOWN, steps: str = ""
 ) -> dict[str, Any]:
     names = [name for value in down for name in value.split(",")]
-    return lab_runs.what_if(run=get_run(request, run), down=names, steps=steps)
+    given = request.GET.getlist("steps")
+    return lab_runs.what_if(
+        run=get_run(request, run), down=names, steps=given if len(given) > 1 else steps
+    )
 
 
 @router.get(

@@ -304,6 +304,26 @@ def test_the_apis_show_every_task_waiting_and_each_tasks_shared_escalation(desk,
     assert step["escalation"]["joined"] is True and step["escalation"]["question"] == QUESTION
 
 
+def test_a_run_whose_task_joined_lists_the_shared_escalation_and_then_its_answer(
+    desk, client, alice
+):
+    # Without a callback, the joined task's agent polls its own run's escalations.
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    submit(desk, "r-coder")
+    _, token = ApiToken.issue(desk.planner.agent)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    (row,) = client.get("/api/v1/runs/r-coder/escalations", **auth).json()
+    assert (row["id"], row["task"], row["status"]) == (shared, "step", "open")
+    assert row["question"] == QUESTION and row["answer"] is None
+    answer(alice, shared, "The loyalty_points threshold.")
+    (row,) = client.get("/api/v1/runs/r-coder/escalations", **auth).json()
+    assert row["status"] == "answered"
+    assert row["answer"]["text"] == "The loyalty_points threshold."
+    (own,) = client.get("/api/v1/runs/r-planner/escalations", **auth).json()
+    assert (own["id"], own["task"]) == (shared, "step")
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(4))

@@ -147,6 +147,24 @@ def test_an_id_of_a_single_event_is_shared_with_batches(started):
     assert results[0]["status"] == 409
 
 
+def test_the_same_event_as_a_single_events_id_gets_its_first_result_either_way(started):
+    # The single post is spaced JSON, the batch compares canonical JSON: the same event all the same.
+    data = {"run": "r1", "task": "a", "claim": {"key": "k1", "statement": "x"}}
+    single = started.post("claim.posted", data, webhook_id="msg_one")
+    assert single.status_code == 202
+    again = {"id": "msg_one", "type": "claim.posted", "timestamp": "2026-12-02T10:00:00Z"}
+    results = post_batch(started, [{**again, "data": data}]).json()["results"]
+    assert results == [{"id": "msg_one", "status": 202, "body": single.json()}]
+
+    batched = claim("k2")
+    first = post_batch(started, [batched]).json()["results"][0]
+    envelope = {name: value for name, value in batched.items() if name != "id"}
+    body = json.dumps(envelope, indent=2).encode()
+    alone = started.post_raw(body, started.headers(body, webhook_id=batched["id"]))
+    assert (alone.status_code, alone.json()) == (202, first["body"])
+    assert Event.objects.filter(webhook_id__in=["msg_one", batched["id"]]).count() == 2
+
+
 def test_501_events_are_413_naming_the_limit(started):
     response = post_batch(started, [claim(f"k{i}") for i in range(501)])
     assert response.status_code == 413

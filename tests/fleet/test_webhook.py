@@ -683,6 +683,21 @@ def test_the_response_body_is_json_errors_for_every_refusal(planner):
     assert {"timestamp", "data"} <= set(errors_of(response))
 
 
+@pytest.mark.parametrize("stamp", [1764669600, 1764669600000, 1.5, True, None])
+def test_a_timestamp_that_is_not_an_iso_8601_string_is_422_naming_it(planner, stamp):
+    # A number would be read as Unix seconds or milliseconds: a careless agent's guess, refused.
+    envelope = {
+        "type": "run.started",
+        "timestamp": stamp,
+        "data": {"run": "r1", "tasks": [task("a")]},
+    }
+    body = json.dumps(envelope).encode()
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 422
+    assert "ISO 8601" in errors_of(response)["timestamp"]
+    assert not Run.objects.exists() and not Event.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("data", "loc"),
     [

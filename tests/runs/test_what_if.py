@@ -100,6 +100,12 @@ def test_it_writes_nothing_and_schedules_nothing(client, fleet):
         ("down=forge&steps=three", "steps", "a whole number of steps from 1 to 100"),
         ("down=forge", "steps", "a whole number of steps from 1 to 100"),
         ("down=forge&steps=101", "steps", "a whole number of steps from 1 to 100"),
+        (
+            "down=forge&steps=3&steps=4",
+            "steps",
+            "given 2 times: give one number of steps from 1 to 100",
+        ),
+        ("down=forge&steps=%EF%BC%93", "steps", "a whole number of steps from 1 to 100"),
     ],
     ids=[
         "unknown-capability",
@@ -108,6 +114,8 @@ def test_it_writes_nothing_and_schedules_nothing(client, fleet):
         "not-a-number",
         "no-steps",
         "too-many",
+        "steps-twice",
+        "not-ascii-digits",
     ],
 )
 def test_bad_input_is_a_422_naming_the_parameter(client, fleet, query, loc, msg):
