@@ -5,8 +5,9 @@ signed as one body like a single event. The events are applied in order, each wi
 single post of it would get (`{"results": [{"id", "status", "body"}]}`); an id applied before
 (in an earlier request, or earlier in the same batch) gets its first result again, or a 409 when
 its body differs. The batch is one transaction with a savepoint per event, its event rows one
-insert and each run's frontier one recompute; when a concurrent request applied one of its ids
-first, the batch is applied again event by event.
+insert and each run's frontier one recompute; a stretch of claim.posted is looked up at once and
+its common claims written with one insert (runs.claims.posted_together). When a concurrent
+request applied one of its ids first, the batch is applied again event by event.
 """
 
 import hashlib
@@ -16,7 +17,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
+from fleet import dispatch
+from fleet.dispatch import Context
 from fleet.errors import Refusal, error, errors_body
 from fleet.errors import body as refusal_body
 from fleet.event_json import loads
@@ -28,6 +32,7 @@ from fleet.intake import (
     apply,
     authenticate,
     canonical,
+    event_row,
     over_rate,
     prepare,
     replay,
@@ -35,8 +40,10 @@ from fleet.intake import (
 )
 from fleet.models import Agent, Event
 from runs import scheduler
+from runs.claims.posted_together import PostedTogether
 
 ITEM_FIELDS = ("id", "type", "timestamp", "data")
+CLAIM_POSTED = "claim.posted"
 
 
 @dataclass(frozen=True)
@@ -159,14 +166,16 @@ def one_by_one(agent: Agent, item: Item) -> Reply:
 
 
 def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
-    """Every event in this transaction; the event rows in one insert at the end."""
+    """Every event in this transaction; the event rows in one insert at the end, and each
+    stretch of claim.posted looked up together and its common claims written in bulk."""
     first: dict[str, Event] = {
         e.webhook_id: e
         for e in Event.objects.filter(agent=agent, webhook_id__in={i.id for i in items})
     }
     replies: list[Reply | Event] = []
     fresh: list[Event] = []
-    for item in items:
+    together: PostedTogether | None = None
+    for index, item in enumerate(items):
         previous = first.get(item.id)
         if previous is not None:
             if previous.pk is None and previous.body_sha256 == item.digest:
@@ -174,7 +183,25 @@ def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]
             else:
                 replies.append(replay(previous, item.digest))
             continue
-        replies.append(apply_in_batch(agent, item, first, fresh))
+        if item.raw.get("type") != CLAIM_POSTED and together is not None:
+            together.write()
+            together = None
+        ready = prepare(agent, item.raw, imported=False, repeated=item.repeated, used=lambda: None)
+        if isinstance(ready, Reply):
+            replies.append(ready)
+            continue
+        envelope, data, actor = ready
+        if envelope.type == CLAIM_POSTED:
+            together = together or PostedTogether(agent.fleet_id, claims_named(items[index:]))
+            reply = post_together(together, agent, actor, item, envelope, data)
+        else:
+            reply = apply_in_batch(agent, item, envelope, data, actor)
+        if isinstance(reply, Event):
+            first[item.id] = reply
+            fresh.append(reply)
+        replies.append(reply)
+    if together is not None:
+        together.write()
     Event.objects.bulk_create(fresh)
     return [
         result(item, Reply(202, answer(reply)) if isinstance(reply, Event) else reply)
@@ -182,21 +209,48 @@ def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]
     ]
 
 
-def apply_in_batch(
-    agent: Agent, item: Item, first: dict[str, Event], fresh: list[Event]
+def claims_named(items: Sequence[Item]) -> list[tuple[str, str, str]]:
+    """The (run, task, claim key) of the claim.posted events that start `items`."""
+    named = []
+    for item in items:
+        if item.raw.get("type") != CLAIM_POSTED:
+            break
+        data = item.raw.get("data")
+        claim = data.get("claim") if isinstance(data, dict) else None
+        fields = (
+            (data.get("run"), data.get("task"), claim.get("key"))
+            if isinstance(data, dict) and isinstance(claim, dict)
+            else ()
+        )
+        if all(isinstance(f, str) for f in fields) and fields:
+            named.append(fields)
+    return named
+
+
+def post_together(
+    together: PostedTogether, agent: Agent, actor: Agent, item: Item, envelope: Any, data: Any
 ) -> Reply | Event:
-    ready = prepare(agent, item.raw, imported=False, repeated=item.repeated, used=lambda: None)
-    if isinstance(ready, Reply):
-        return ready
-    envelope, data, actor = ready
+    """A claim of the stretch: written in bulk when it is the common case, else on its own."""
+    received = timezone.now()
+    context = Context(sender=agent, actor=actor, at=received)
+    handled = together.post(dispatch.claim_posting(context, data))
+    if handled is not None:
+        return event_row(agent, item.id, item.digest, envelope, handled, received)
+    together.write()  # the claims before it first, as one by one would have
+    reply = apply_in_batch(agent, item, envelope, data, actor)
+    claim = data.claim
+    together.alone(data.run, data.task, claim.key, posted=isinstance(reply, Event))
+    return reply
+
+
+def apply_in_batch(
+    agent: Agent, item: Item, envelope: Any, data: Any, actor: Agent
+) -> Reply | Event:
     try:
         with transaction.atomic():  # a savepoint: a refused event leaves nothing behind
-            event = applied(agent, actor, item.id, item.digest, envelope, data, False)
+            return applied(agent, actor, item.id, item.digest, envelope, data, False)
     except Refusal as exc:
         return Reply(exc.status, refusal_body(exc))
-    first[item.id] = event
-    fresh.append(event)
-    return event
 
 
 def result(item: Item, reply: Reply) -> dict[str, Any]:

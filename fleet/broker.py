@@ -8,12 +8,14 @@ at once). Here a message is written under a name the reader skips and renamed in
 """
 
 import logging
+import math
 import os
 import uuid
 from time import monotonic_ns
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from kombu.exceptions import ChannelError, OperationalError
 from kombu.transport import filesystem
@@ -84,21 +86,53 @@ log = logging.getLogger(__name__)
 UNREACHABLE = (OperationalError, RedisError, ConnectionError, OSError)
 
 
-def after_commit(task: Any, *args: Any, countdown: float | None = None) -> None:
+def on_its_way(key: str, seconds: float) -> bool:
+    """Mark a send under `key` as on its way; False if one still is (its task has not started).
+
+    The cache unreachable: True, so the send goes (a duplicate costs a little work; a send held
+    back for nothing would leave it to the reconciler).
+    """
+    try:
+        return bool(cache.add(f"on-its-way:{key}", 1, timeout=max(1, math.ceil(seconds))))
+    except Exception:  # the cache backend's own errors: redis, memcached, a file system
+        return True
+
+
+def arrived(key: str) -> None:
+    """The task sent under `key` started: what is recorded from now on needs a send of its own."""
+    try:
+        cache.delete(f"on-its-way:{key}")
+    except Exception:  # unreachable: the mark expires on its own
+        log.debug("cache unreachable; %s expires on its own", key)
+
+
+def after_commit(
+    task: Any,
+    *args: Any,
+    countdown: float | None = None,
+    unless_on_its_way: tuple[str, float] | None = None,
+    **kwargs: Any,
+) -> None:
     """Enqueue `task` once the transaction commits; a broker that is down loses nothing.
 
     The database is the truth: every task wakes work that is recorded (a frontier change, a claim
     pending verification, an undecided attempt, a due decision or delivery), and the reconciler
     enqueues it again. So a send that fails after commit is logged, not raised: the event was
     applied and is answered as such, never with a 500.
+
+    `unless_on_its_way` (key, seconds): no send while one under the same key is on its way, for
+    a task that reads all the work recorded when it starts and calls `arrived(key)` first; the
+    mark lapses after `seconds` in any case.
     """
 
     def send() -> None:
+        if unless_on_its_way is not None and not on_its_way(*unless_on_its_way):
+            return  # its task, when it starts, reads what this transaction recorded
         try:
             if countdown is None:
-                task.delay(*args)
+                task.delay(*args, **kwargs)
             else:
-                task.apply_async(args, countdown=countdown)
+                task.apply_async(args, kwargs, countdown=countdown)
         except UNREACHABLE as exc:
             log.warning(
                 "broker unreachable, left to the reconciler: %s%r: %s", task.name, args, exc

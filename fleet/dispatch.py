@@ -23,6 +23,7 @@ from fleet.events import (
 from fleet.models import Agent
 from runs import capabilities, declare, task_state
 from runs.claims import posting
+from runs.claims.posted_together import Posting
 from runs.specs import ArtifactSpec, ClaimSpec, EvidenceSpec, FailureSpec, Outcome, TaskSpec
 
 
@@ -96,20 +97,32 @@ def task_started(context: Context, data: TaskStarted) -> dict[str, Any]:
     )
 
 
-def claim_posted(context: Context, data: ClaimPosted) -> dict[str, Any]:
+def claim_spec(data: ClaimPosted) -> ClaimSpec:
     claim = data.claim
+    return ClaimSpec(
+        key=claim.key,
+        statement=claim.statement,
+        load_bearing=claim.load_bearing,
+        evidence=evidence_spec(claim.evidence) if claim.evidence else None,
+        about=tuple(claim.about),
+    )
+
+
+def claim_posted(context: Context, data: ClaimPosted) -> dict[str, Any]:
     return posting.claim_post(
-        **context.who,
+        **context.who, sender=context.sender, run=data.run, task=data.task, claim=claim_spec(data)
+    )
+
+
+def claim_posting(context: Context, data: ClaimPosted) -> Posting:
+    """A claim.posted of a batch, for `PostedTogether` (runs.claims.posted_together)."""
+    return Posting(
+        actor=context.actor,
         sender=context.sender,
+        at=context.at,
         run=data.run,
         task=data.task,
-        claim=ClaimSpec(
-            key=claim.key,
-            statement=claim.statement,
-            load_bearing=claim.load_bearing,
-            evidence=evidence_spec(claim.evidence) if claim.evidence else None,
-            about=tuple(claim.about),
-        ),
+        claim=claim_spec(data),
     )
 
 

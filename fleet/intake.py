@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.cache.backends.redis import RedisCache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -71,18 +72,30 @@ def over_rate(agent: Agent) -> int:
     slot = int(now // window)
     key = f"rate:{agent.pk}:{slot}"
     try:
-        cache.add(key, 0, timeout=window * 2)
-        try:
-            count = cache.incr(key)
-        except ValueError:
-            cache.set(key, 1, timeout=window * 2)
-            count = 1
+        count = counted(key, timeout=window * 2)
     except Exception as exc:  # the cache backend's own errors: redis, memcached, a file system
         cache_unreachable(exc)
         return 0
     if count > settings.AGENT_RATE_LIMIT:
         return max(1, math.ceil((slot + 1) * window - now))
     return 0
+
+
+def counted(key: str, *, timeout: int) -> int:
+    """One more request under `key`, which lapses `timeout` seconds after the first: on Redis
+    one round trip (INCR, and EXPIRE when the count is new), elsewhere the cache's own calls."""
+    if isinstance(cache, RedisCache):
+        name = cache.make_and_validate_key(key)
+        pipeline = cache._cache.get_client(name, write=True).pipeline(transaction=False)
+        pipeline.incr(name)
+        pipeline.expire(name, timeout, nx=True)
+        return int(pipeline.execute()[0])
+    cache.add(key, 0, timeout=timeout)
+    try:
+        return int(cache.incr(key))
+    except ValueError:
+        cache.set(key, 1, timeout=timeout)
+        return 1
 
 
 _last_warned = 0.0
@@ -284,7 +297,22 @@ def applied(
     context = Context(
         sender=agent, actor=actor, at=occurred if imported else received, imported=imported
     )
-    response = {"type": envelope.type, **HANDLERS[envelope.type](context, data)}
+    return event_row(
+        agent, webhook_id, digest, envelope, HANDLERS[envelope.type](context, data), received
+    )
+
+
+def event_row(
+    agent: Agent,
+    webhook_id: str,
+    digest: str,
+    envelope: Any,
+    handled: dict[str, Any],
+    received: datetime,
+) -> Event:
+    """The applied event's row, with the response its handler gave (`handled`)."""
+    occurred = event_time(envelope.timestamp)
+    response = {"type": envelope.type, **handled}
     return Event(
         fleet_id=agent.fleet_id,
         agent=agent,

@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -164,7 +164,7 @@ def batched() -> Iterator[None]:
         rows += [FrontierChange(run_id=run_id, keys=[], capability=c) for c in sorted(capabilities)]
     FrontierChange.objects.bulk_create(rows)
     for run_id in marks.runs:
-        after_commit(tasks.recompute, run_id, [])
+        recompute_after_commit(run_id)
 
 
 def mark_changed(
@@ -200,8 +200,24 @@ def mark_changed(
         claims=[claim] if claim else [],
         may_hold=may_hold,
     )
-    run_id = run.pk
-    after_commit(tasks.recompute, run_id, [])
+    recompute_after_commit(run.pk)
+
+
+# While a recompute sent for a run has not started, the changes committed since wait for it.
+RECOMPUTE_ON_ITS_WAY_SECONDS = 10
+
+
+def recompute_after_commit(run_id: int) -> None:
+    """Ask a worker to catch the run's frontier up with its pending changes, after commit: one
+    send for a run whose recompute is not on its way yet (a busy run's events share one)."""
+    on_its_way = f"recompute:{connection.settings_dict['NAME']}:{run_id}"  # one per database
+    after_commit(
+        tasks.recompute,
+        run_id,
+        [],
+        unless_on_its_way=(on_its_way, RECOMPUTE_ON_ITS_WAY_SECONDS),
+        on_its_way=on_its_way,
+    )
 
 
 def capability_changed(*, fleet: Fleet, name: str) -> None:

@@ -6,6 +6,7 @@ kept inside runs/ (both sides import the other module, never a name from it).
 
 from celery import shared_task
 
+from fleet import broker
 from runs import retries, scheduler
 from runs.claims import verification
 from runs.models import Run
@@ -17,8 +18,14 @@ def recompute(
     changed: list[str] | None = None,
     capability: str | None = None,
     claims: list[str] | None = None,
+    on_its_way: str = "",
 ) -> None:
-    """Catch the run's stored frontier up with its pending changes (`changed` None: all of it)."""
+    """Catch the run's stored frontier up with its pending changes (`changed` None: all of it).
+
+    `on_its_way`: the mark its send left; lifted before the changes are read, so a change
+    committed from now on sends a recompute of its own."""
+    if on_its_way:
+        broker.arrived(on_its_way)
     if Run.objects.filter(pk=run_id).exists():
         scheduler.recompute(run_id, changed, capability, claims)
 

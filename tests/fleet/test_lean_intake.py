@@ -2,12 +2,14 @@
 run's size; the agent's keys are cached and dropped when they change."""
 
 import pytest
+from django.core.cache import cache
+from django.core.cache.backends.redis import RedisCache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from fleet import services
+from fleet import intake, services
 from fleet.models import Capability, Event
-from runs import scheduler
+from runs import scheduler, tasks
 from runs.models import FrontierChange, Run, Task
 from tests.conftest import Sender, on_postgres, task
 
@@ -132,3 +134,46 @@ def test_a_packet_opens_its_escalation_in_sixteen_statements(big):
     }
     big.post("task.started", {"run": "r1", "task": "b", "attempt": HASHES})
     assert statements(big, "packet.submitted", {"run": "r1", "task": "b", "packet": packet}) <= 16
+
+
+def test_a_busy_runs_events_share_one_recompute_until_it_starts(big, monkeypatch):
+    """A recompute reads every change pending when it starts: the events committed before
+    that send none of their own; the first after it does."""
+    sent: list[dict] = []
+    monkeypatch.setattr(tasks.recompute, "delay", lambda *args, **kwargs: sent.append(kwargs))
+    for key in ("k1", "k2", "k3"):
+        claim = {"key": key, "statement": "x"}
+        assert (
+            big.post("claim.posted", {"run": "r1", "task": "b", "claim": claim}).status_code == 202
+        )
+    assert len(sent) == 1
+    run = Run.objects.get(key="r1")
+    tasks.recompute(run.pk, [], on_its_way=sent[0]["on_its_way"])  # the worker takes it
+    assert not FrontierChange.objects.filter(run=run).exists()
+    claim = {"key": "k4", "statement": "x"}
+    assert big.post("claim.posted", {"run": "r1", "task": "b", "claim": claim}).status_code == 202
+    assert len(sent) == 2
+
+
+def test_with_the_cache_unreachable_every_event_sends_its_recompute(big, monkeypatch):
+    sent: list[dict] = []
+    monkeypatch.setattr(tasks.recompute, "delay", lambda *args, **kwargs: sent.append(kwargs))
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(cache, "add", unreachable)
+    for key in ("k1", "k2"):
+        claim = {"key": key, "statement": "x"}
+        assert (
+            big.post("claim.posted", {"run": "r1", "task": "b", "claim": claim}).status_code == 202
+        )
+    assert len(sent) == 2
+
+
+def test_the_rate_count_lapses_with_its_window():
+    assert [intake.counted("rate:test", timeout=7) for _ in range(3)] == [1, 2, 3]
+    if isinstance(cache, RedisCache):  # one round trip: INCR, then EXPIRE only when new
+        name = cache.make_and_validate_key("rate:test")
+        assert 0 < cache._cache.get_client(name).ttl(name) <= 7
+    assert cache.get("rate:test") == 3
