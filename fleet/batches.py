@@ -217,13 +217,10 @@ def claims_named(items: Sequence[Item]) -> list[tuple[str, str, str]]:
             break
         data = item.raw.get("data")
         claim = data.get("claim") if isinstance(data, dict) else None
-        fields = (
-            (data.get("run"), data.get("task"), claim.get("key"))
-            if isinstance(data, dict) and isinstance(claim, dict)
-            else ()
-        )
-        if all(isinstance(f, str) for f in fields) and fields:
-            named.append(fields)
+        if isinstance(data, dict) and isinstance(claim, dict):
+            run, task, key = data.get("run"), data.get("task"), claim.get("key")
+            if isinstance(run, str) and isinstance(task, str) and isinstance(key, str):
+                named.append((run, task, key))
     return named
 
 
