@@ -61,7 +61,7 @@ def packet(i: int, task: str = "t0") -> dict:
                 "datasource": "orders",
             }
         ],
-        "smallest_unblocking_question": f"Which field should decide the discount tier (case {i})?",
+        "smallest_unblocking_question": f"Which field should decide the discount tier for {task} (case {i})?",
     }
 
 
@@ -118,13 +118,16 @@ def main() -> None:
             headers["content-type"] = "application/json"
             return body, headers
 
-        # One task per packet, as in a real fleet: a packet is how one task stops.
+        # One task per packet, as in a real fleet: a packet is how one task stops. Each thread
+        # has its own tasks, and each packet its own question (the same question from two tasks
+        # would join one escalation: a different measure).
         tasks = [{"key": f"t{i}", "agent": "a"} for i in range(TASKS)]
         started = signed("run.started", {"run": "r", "tasks": tasks})
         httpx.post(url, content=started[0], headers=started[1], timeout=600).raise_for_status()
         sample = signed("packet.submitted", {"run": "r", "task": "t0", "packet": packet(0)})[0]
         latencies: list[float] = []
         errors = [0]
+        refusals: list[str] = []  # the first few answers that were not 202, to say why
         lock = threading.Lock()
         stop = time.monotonic() + args.seconds
 
@@ -134,7 +137,7 @@ def main() -> None:
             with httpx.Client() as client:
                 while time.monotonic() < stop:
                     n += 1
-                    own = f"t{(worker * 100_003 + n) % TASKS}"
+                    own = f"t{worker * (TASKS // args.concurrency) + n % (TASKS // args.concurrency)}"
                     if n % 2:
                         body, headers = signed(
                             "packet.submitted",
@@ -154,6 +157,8 @@ def main() -> None:
                     if response.status_code != 202:
                         with lock:
                             errors[0] += 1
+                            if len(refusals) < 3:
+                                refusals.append(f"{response.status_code} {response.text[:300]}")
             with lock:
                 latencies.extend(local)
 
@@ -177,7 +182,7 @@ def main() -> None:
                     items = []
                     for _ in range(args.batch):
                         n += 1
-                        own = f"t{(worker * 100_003 + n) % TASKS}"
+                        own = f"t{worker * (TASKS // args.concurrency) + n % (TASKS // args.concurrency)}"
                         claim = {
                             "key": f"b-{worker}-{n}",
                             "statement": "customers has customer_tier " * 20,
@@ -238,6 +243,8 @@ def main() -> None:
     print(
         f"pgbench: {tps:8.1f} inserts/s {latency.strip()}  (rows of {size} bytes, one transaction each)"
     )
+    for refusal in refusals:
+        print(f"  not 202: {refusal}")
     print(f"ratio app/pgbench: {app_rate / tps:.3f}  (goal >= 0.1)")
     batch_rate = batched[0] / batch_elapsed
     print(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from fleet import dispatch
@@ -36,6 +36,7 @@ from fleet.intake import (
     over_rate,
     prepare,
     replay,
+    rolled_back,
     webhook_id_problem,
 )
 from fleet.models import Agent, Event
@@ -156,6 +157,11 @@ def apply_batch(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
             return _apply_together(agent, items)
     except IntegrityError:
         # A concurrent request applied one of these ids (or created the same row) first.
+        return [result(item, one_by_one(agent, item)) for item in items]
+    except OperationalError as exc:
+        if not rolled_back(exc):
+            raise
+        # Chosen to break a deadlock with a concurrent request: nothing was written.
         return [result(item, one_by_one(agent, item)) for item in items]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCache
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from fleet import keyring, signing
@@ -223,7 +223,7 @@ def apply(
     if isinstance(ready, Reply):
         return ready
     envelope, data, actor = ready
-    for _ in range(2):
+    for attempt in range(3):
         try:
             with transaction.atomic():
                 event = applied(agent, actor, webhook_id, digest, envelope, data, imported)
@@ -239,7 +239,18 @@ def apply(
             if used is not None:
                 return used
             # A concurrent event created the same row first (a run, a claim): apply again.
+        except OperationalError as exc:
+            if not rolled_back(exc) or attempt == 2:
+                raise
+            # PostgreSQL chose this transaction to break a deadlock with a concurrent event
+            # (two agents joining one escalation at once): nothing of it was written; again.
     return Reply(409, errors_body([error("body", "conflicts with a concurrent event; retry")]))
+
+
+def rolled_back(exc: OperationalError) -> bool:
+    """The database rolled the transaction back to break a deadlock or a serialization
+    conflict: applying it again is safe and will succeed (SQLSTATE 40P01, 40001)."""
+    return getattr(exc.__cause__, "sqlstate", None) in {"40P01", "40001"}
 
 
 def prepare(

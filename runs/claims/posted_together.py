@@ -11,15 +11,26 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
+from uuid import UUID
 
 from fleet.models import Agent
 from runs import scheduler
 from runs.claims.bearing import NO_SUBJECT, subjects_of
 from runs.claims.circular import AGENT_TEXT, cites_an_agent
 from runs.claims.posting import posted_reason
-from runs.models import Claim, Evidence, Task
+from runs.models import Claim, Evidence, Run, Task
 from runs.specs import ClaimSpec
+
+
+class Row(NamedTuple):
+    """A task the stretch names, as far as posting a claim on it needs."""
+
+    key: str
+    pk: int
+    run_id: int
+    agent_id: UUID
+    state: str
 
 
 @dataclass(frozen=True)
@@ -41,13 +52,20 @@ class PostedTogether:
         """`wanted`: the (run, task, claim key) the stretch names, looked up at once."""
         wanted = list(wanted)
         pairs = {(run, task) for run, task, _ in wanted}
-        tasks = Task.objects.filter(
+        found = Task.objects.filter(
             run__fleet_id=fleet_id,
             run__key__in={run for run, _ in pairs},
             key__in={task for _, task in pairs},
-        ).select_related("run")
-        self.tasks = {(t.run.key, t.key): t for t in tasks if (t.run.key, t.key) in pairs}
-        run_ids = {t.run_id for t in self.tasks.values()}
+        ).values_list("run__key", "key", "pk", "run_id", "agent_id", "state")
+        # Plain rows, not models: a batch names hundreds of tasks.
+        self.tasks = {
+            (run, task): Row(task, pk, run_id, agent_id, state)
+            for run, task, pk, run_id, agent_id, state in found
+            if (run, task) in pairs
+        }
+        named = {row.run_id: run for (run, _), row in self.tasks.items()}
+        self.runs = {run_id: Run(pk=run_id, key=key) for run_id, key in named.items()}
+        run_ids = set(self.runs)
         keys = {key for _, _, key in wanted}
         self.taken = set(
             Claim.objects.filter(run_id__in=run_ids, key__in=keys).values_list("run_id", "key")
@@ -75,9 +93,10 @@ class PostedTogether:
         subjects = subjects_of(claim.about, claim.statement)
         reason = posted_reason(evidence, imported=False, subjects=bool(subjects))
         by = f"agent:{posting.actor.name}"
+        run = self.runs[row.run_id]
         posted = Claim(
-            run=row.run,
-            task=row,
+            run_id=row.run_id,
+            task_id=row.pk,
             key=claim.key,
             statement=claim.statement,
             load_bearing=True,
@@ -105,7 +124,7 @@ class PostedTogether:
                         datasource=evidence.datasource or "",
                         workspace=evidence.workspace or "",
                         submitted_by=by,
-                        task=row,
+                        task_id=row.pk,
                         created_at=posting.at,
                         verdict=Claim.Status.UNVERIFIED if agent_text or not subjects else "",
                         verdict_reason=AGENT_TEXT if agent_text else "" if subjects else NO_SUBJECT,
@@ -114,8 +133,8 @@ class PostedTogether:
             )
         # A running producer's claim holds back nothing that is ready (see claim_post).
         may_hold = row.state != Task.State.RUNNING
-        scheduler.mark_changed(row.run, [row.key], claim=claim.key, may_hold=may_hold)
-        return {"run": row.run.key, "claim": claim.key, "status": posted.status, "reason": reason}
+        scheduler.mark_changed(run, [row.key], claim=claim.key, may_hold=may_hold)
+        return {"run": run.key, "claim": claim.key, "status": posted.status, "reason": reason}
 
     def alone(self, run: str, task: str, key: str, posted: bool) -> None:
         """A claim of this stretch was posted on its own (`posted`: and stored): its key is taken."""

@@ -4,13 +4,14 @@ run's size; the agent's keys are cached and dropped when they change."""
 import pytest
 from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCache
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
+from psycopg.errors import DeadlockDetected
 
-from fleet import intake, services
+from fleet import dispatch, intake, services
 from fleet.models import Capability, Event
 from runs import scheduler, tasks
-from runs.models import FrontierChange, Run, Task
+from runs.models import Claim, FrontierChange, Run, Task
 from tests.conftest import Sender, on_postgres, task
 
 HASHES = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
@@ -177,3 +178,34 @@ def test_the_rate_count_lapses_with_its_window():
         name = cache.make_and_validate_key("rate:test")
         assert 0 < cache._cache.get_client(name).ttl(name) <= 7
     assert cache.get("rate:test") == 3
+
+
+def deadlocked(times: int, handler):
+    """The handler, chosen `times` times by the database to break a deadlock before it runs."""
+    calls = [0]
+
+    def handle(context, data):
+        calls[0] += 1
+        if calls[0] <= times:
+            raise OperationalError("deadlock detected") from DeadlockDetected("deadlock detected")
+        return handler(context, data)
+
+    return handle
+
+
+def test_an_event_rolled_back_to_break_a_deadlock_is_applied_again(big, monkeypatch):
+    monkeypatch.setitem(dispatch.HANDLERS, "claim.posted", deadlocked(2, dispatch.claim_posted))
+    data = {"run": "r1", "task": "b", "claim": {"key": "k1", "statement": "x"}}
+    response = big.post("claim.posted", data)
+    assert response.status_code == 202, response.json()
+    assert Claim.objects.filter(key="k1").count() == 1
+    assert Event.objects.filter(type="claim.posted").count() == 1
+
+
+def test_an_event_deadlocked_again_and_again_is_503_with_retry_after(big, monkeypatch):
+    monkeypatch.setitem(dispatch.HANDLERS, "claim.posted", deadlocked(3, dispatch.claim_posted))
+    data = {"run": "r1", "task": "b", "claim": {"key": "k1", "statement": "x"}}
+    response = big.post("claim.posted", data)
+    assert response.status_code == 503
+    assert response["Retry-After"]
+    assert not Claim.objects.filter(key="k1").exists()
