@@ -131,13 +131,15 @@ def main() -> None:
         lock = threading.Lock()
         stop = time.monotonic() + args.seconds
 
+        share = TASKS // args.concurrency
+
         def load(worker: int) -> None:
             n = 0
             local: list[float] = []
             with httpx.Client() as client:
                 while time.monotonic() < stop:
                     n += 1
-                    own = f"t{worker * (TASKS // args.concurrency) + n % (TASKS // args.concurrency)}"
+                    own = f"t{worker * share + n % share}"
                     if n % 2:
                         body, headers = signed(
                             "packet.submitted",
@@ -182,7 +184,7 @@ def main() -> None:
                     items = []
                     for _ in range(args.batch):
                         n += 1
-                        own = f"t{worker * (TASKS // args.concurrency) + n % (TASKS // args.concurrency)}"
+                        own = f"t{worker * share + n % share}"
                         claim = {
                             "key": f"b-{worker}-{n}",
                             "statement": "customers has customer_tier " * 20,
