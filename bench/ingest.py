@@ -81,7 +81,7 @@ def main() -> None:
         "DJANGO_SETTINGS_MODULE": "fleet.settings",
         "AGENT_RATE_LIMIT": "100000000",
         "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13"),
-        "LOG_LEVEL": "WARNING",
+        "LOG_LEVEL": "ERROR",  # not a line per refused request
     }
     python = sys.executable
     sh(python, str(ROOT / "manage.py"), "migrate", "-v0", env=env)
@@ -216,6 +216,33 @@ def main() -> None:
         for t in threads:
             t.join()
         batch_elapsed = time.monotonic() - batch_began
+
+        # The floor: the same threads posting a body signed with another secret, which the app
+        # refuses (401) after reading the agent's keys and checking the signature, and nothing
+        # more. No event can be applied faster than this on this machine and server.
+        refused = [0]
+        stop = time.monotonic() + args.seconds / 2
+        wrong = "whsec_" + "B" * 32
+        claim_body = json.dumps({"type": "claim.posted", "timestamp": "2026-12-02T10:00:00Z",
+                                 "data": {"run": "r", "task": "t0", "claim": {"key": "f", "statement": "x"}}}).encode()  # fmt: skip
+
+        def load_refused() -> None:
+            with httpx.Client() as client:
+                while time.monotonic() < stop:
+                    headers = signing.sign(wrong, msg_id=f"msg_{uuid.uuid4().hex}",
+                                           timestamp=int(time.time()), body=claim_body)  # fmt: skip
+                    headers["content-type"] = "application/json"
+                    if client.post(url, content=claim_body, headers=headers).status_code == 401:
+                        with lock:
+                            refused[0] += 1
+
+        floor_began = time.monotonic()
+        threads = [threading.Thread(target=load_refused) for _ in range(args.concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        floor_elapsed = time.monotonic() - floor_began
     finally:
         web.terminate()
         web.wait()
@@ -254,6 +281,11 @@ def main() -> None:
         f"p50 {statistics.median(batch_latencies) * 1000:.0f} ms a batch)"
     )
     print(f"ratio batched/pgbench: {batch_rate / tps:.3f}  (goal >= 0.5)")
+    floor = refused[0] / floor_elapsed
+    print(
+        f"floor:   {floor:8.1f} requests/s refused at the signature (401), nothing applied; "
+        f"ratio floor/pgbench: {floor / tps:.3f}"
+    )
     sh("dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", DB, check=False)
     shutil.rmtree(ROOT / "var" / "bench", ignore_errors=True)
 
