@@ -5,8 +5,8 @@ signed as one body like a single event. The events are applied in order, each wi
 single post of it would get (`{"results": [{"id", "status", "body"}]}`); an id applied before
 (in an earlier request, or earlier in the same batch) gets its first result again, or a 409 when
 its body differs. The batch is one transaction with a savepoint per event, its event rows one
-insert and each run's frontier one recompute; a stretch of claim.posted is looked up at once and
-its common claims written with one insert (runs.claims.posted_together). When a concurrent
+insert and each run's frontier one recompute; a stretch of claim.posted and task.finished is
+looked up at once and its common events written with a few bulk statements (runs.together). When a concurrent
 request applied one of its ids first, the batch is applied again event by event.
 """
 
@@ -41,10 +41,10 @@ from fleet.intake import (
 )
 from fleet.models import Agent, Event
 from runs import scheduler
-from runs.claims.posted_together import PostedTogether
+from runs.together import Together
 
 ITEM_FIELDS = ("id", "type", "timestamp", "data")
-CLAIM_POSTED = "claim.posted"
+TOGETHER = ("claim.posted", "task.finished")  # the events that gate nothing
 
 
 @dataclass(frozen=True)
@@ -173,14 +173,14 @@ def one_by_one(agent: Agent, item: Item) -> Reply:
 
 def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
     """Every event in this transaction; the event rows in one insert at the end, and each
-    stretch of claim.posted looked up together and its common claims written in bulk."""
+    stretch of events that gate nothing looked up together and its common ones written in bulk."""
     first: dict[str, Event] = {
         e.webhook_id: e
         for e in Event.objects.filter(agent=agent, webhook_id__in={i.id for i in items})
     }
     replies: list[Reply | Event] = []
     fresh: list[Event] = []
-    together: PostedTogether | None = None
+    together: Together | None = None
     for index, item in enumerate(items):
         previous = first.get(item.id)
         if previous is not None:
@@ -189,7 +189,7 @@ def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]
             else:
                 replies.append(replay(previous, item.digest))
             continue
-        if item.raw.get("type") != CLAIM_POSTED and together is not None:
+        if item.raw.get("type") not in TOGETHER and together is not None:
             together.write()
             together = None
         ready = prepare(agent, item.raw, imported=False, repeated=item.repeated, used=lambda: None)
@@ -197,9 +197,9 @@ def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]
             replies.append(ready)
             continue
         envelope, data, actor = ready
-        if envelope.type == CLAIM_POSTED:
-            together = together or PostedTogether(agent.fleet_id, claims_named(items[index:]))
-            reply = post_together(together, agent, actor, item, envelope, data)
+        if envelope.type in TOGETHER:
+            together = together or Together(agent.fleet_id, named(items[index:]))
+            reply = apply_together(together, agent, actor, item, envelope, data)
         else:
             reply = apply_in_batch(agent, item, envelope, data, actor)
         if isinstance(reply, Event):
@@ -215,34 +215,38 @@ def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]
     ]
 
 
-def claims_named(items: Sequence[Item]) -> list[tuple[str, str, str]]:
-    """The (run, task, claim key) of the claim.posted events that start `items`."""
-    named = []
+def named(items: Sequence[Item]) -> list[tuple[str, str, str | None]]:
+    """The (run, task, claim key or None) of the events that gate nothing starting `items`."""
+    found: list[tuple[str, str, str | None]] = []
     for item in items:
-        if item.raw.get("type") != CLAIM_POSTED:
+        if item.raw.get("type") not in TOGETHER:
             break
         data = item.raw.get("data")
-        claim = data.get("claim") if isinstance(data, dict) else None
-        if isinstance(data, dict) and isinstance(claim, dict):
-            run, task, key = data.get("run"), data.get("task"), claim.get("key")
-            if isinstance(run, str) and isinstance(task, str) and isinstance(key, str):
-                named.append((run, task, key))
-    return named
+        if not isinstance(data, dict):
+            continue
+        run, task, claim = data.get("run"), data.get("task"), data.get("claim")
+        key = claim.get("key") if isinstance(claim, dict) else None
+        if isinstance(run, str) and isinstance(task, str):
+            found.append((run, task, key if isinstance(key, str) else None))
+    return found
 
 
-def post_together(
-    together: PostedTogether, agent: Agent, actor: Agent, item: Item, envelope: Any, data: Any
+def apply_together(
+    together: Together, agent: Agent, actor: Agent, item: Item, envelope: Any, data: Any
 ) -> Reply | Event:
-    """A claim of the stretch: written in bulk when it is the common case, else on its own."""
+    """An event of the stretch: written in bulk when it is the common case, else on its own."""
     received = timezone.now()
     context = Context(sender=agent, actor=actor, at=received)
-    handled = together.post(dispatch.claim_posting(context, data))
+    handled = (
+        together.post(dispatch.claim_posting(context, data))
+        if envelope.type == "claim.posted"
+        else together.finish(dispatch.task_finishing(context, data))
+    )
     if handled is not None:
         return event_row(agent, item.id, item.digest, envelope, handled, received)
-    together.write()  # the claims before it first, as one by one would have
+    together.write()  # the events before it first, as one by one would have
     reply = apply_in_batch(agent, item, envelope, data, actor)
-    claim = data.claim
-    together.alone(data.run, data.task, claim.key, posted=isinstance(reply, Event))
+    together.alone(data.run, data.task)
     return reply
 
 

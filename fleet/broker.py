@@ -132,8 +132,12 @@ def after_commit(
             if countdown is None:
                 task.delay(*args, **kwargs)
             else:
-                task.apply_async(args, kwargs, countdown=countdown)
+                task.apply_async(
+                    args, countdown=countdown, **({"kwargs": kwargs} if kwargs else {})
+                )
         except UNREACHABLE as exc:
+            if unless_on_its_way is not None:
+                arrived(unless_on_its_way[0])  # not on its way: the next one tries again
             log.warning(
                 "broker unreachable, left to the reconciler: %s%r: %s", task.name, args, exc
             )

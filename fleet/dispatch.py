@@ -23,8 +23,8 @@ from fleet.events import (
 from fleet.models import Agent
 from runs import capabilities, declare, task_state
 from runs.claims import posting
-from runs.claims.posted_together import Posting
 from runs.specs import ArtifactSpec, ClaimSpec, EvidenceSpec, FailureSpec, Outcome, TaskSpec
+from runs.together import Finishing, Posting
 
 
 @dataclass(frozen=True)
@@ -115,14 +115,9 @@ def claim_posted(context: Context, data: ClaimPosted) -> dict[str, Any]:
 
 
 def claim_posting(context: Context, data: ClaimPosted) -> Posting:
-    """A claim.posted of a batch, for `PostedTogether` (runs.claims.posted_together)."""
+    """A claim.posted of a batch, for `runs.together`."""
     return Posting(
-        actor=context.actor,
-        sender=context.sender,
-        at=context.at,
-        run=data.run,
-        task=data.task,
-        claim=claim_spec(data),
+        actor=context.actor, at=context.at, run=data.run, task=data.task, claim=claim_spec(data)
     )
 
 
@@ -138,31 +133,40 @@ def claim_checked(context: Context, data: ClaimChecked) -> dict[str, Any]:
     )
 
 
-def task_finished(context: Context, data: TaskFinished) -> dict[str, Any]:
+def outcome_of(data: TaskFinished) -> Outcome:
     failure = data.failure
+    return Outcome(
+        outcome=data.outcome,
+        failure=(
+            FailureSpec(
+                kind=failure.kind,
+                signature=failure.signature,
+                message=failure.message,
+                capability=failure.capability,
+            )
+            if failure
+            else None
+        ),
+        background_killed=tuple(k.task for k in data.background_killed),
+        resumable=data.resumable,
+        artifacts=tuple(ArtifactSpec(kind=a.kind, ref=a.ref, url=a.url) for a in data.artifacts),
+    )
+
+
+def task_finished(context: Context, data: TaskFinished) -> dict[str, Any]:
     return task_state.task_finish(
         **context.who,
         sender=context.sender,
         run=data.run,
         task=data.task,
-        outcome=Outcome(
-            outcome=data.outcome,
-            failure=(
-                FailureSpec(
-                    kind=failure.kind,
-                    signature=failure.signature,
-                    message=failure.message,
-                    capability=failure.capability,
-                )
-                if failure
-                else None
-            ),
-            background_killed=tuple(k.task for k in data.background_killed),
-            resumable=data.resumable,
-            artifacts=tuple(
-                ArtifactSpec(kind=a.kind, ref=a.ref, url=a.url) for a in data.artifacts
-            ),
-        ),
+        outcome=outcome_of(data),
+    )
+
+
+def task_finishing(context: Context, data: TaskFinished) -> Finishing:
+    """A task.finished of a batch, for `runs.together`."""
+    return Finishing(
+        actor=context.actor, at=context.at, run=data.run, task=data.task, outcome=outcome_of(data)
     )
 
 

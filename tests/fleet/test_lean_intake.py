@@ -6,6 +6,7 @@ from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCache
 from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
+from kombu.exceptions import OperationalError as KombuOperationalError
 from psycopg.errors import DeadlockDetected
 
 from fleet import dispatch, intake, services
@@ -209,3 +210,18 @@ def test_an_event_deadlocked_again_and_again_is_503_with_retry_after(big, monkey
     assert response.status_code == 503
     assert response["Retry-After"]
     assert not Claim.objects.filter(key="k1").exists()
+
+
+def test_a_recompute_the_broker_refused_is_sent_again_by_the_next_event(big, monkeypatch):
+    sent: list[dict] = []
+
+    def broker_down(*args, **kwargs):
+        raise KombuOperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks.recompute, "delay", broker_down)
+    claim = {"key": "k1", "statement": "x"}
+    assert big.post("claim.posted", {"run": "r1", "task": "b", "claim": claim}).status_code == 202
+    monkeypatch.setattr(tasks.recompute, "delay", lambda *args, **kwargs: sent.append(kwargs))
+    claim = {"key": "k2", "statement": "x"}
+    assert big.post("claim.posted", {"run": "r1", "task": "b", "claim": claim}).status_code == 202
+    assert len(sent) == 1

@@ -80,7 +80,9 @@ def test_the_run_says_what_the_frontier_says_before_the_worker_catches_up(
 ):
     planner.post("run.started", {"run": "r1", "tasks": [task("a"), task("b", prerequisites=["a"])]})
     coder.post("task.started", {"run": "r1", "task": "a", "attempt": ATTEMPT})
-    monkeypatch.setattr("runs.tasks.recompute.delay", lambda *args: None)  # the worker is slow
+    monkeypatch.setattr(
+        "runs.tasks.recompute.delay", lambda *args, **kwargs: None
+    )  # the worker is slow
     coder.post("task.finished", {"run": "r1", "task": "a", "outcome": "succeeded"})
 
     frontier = read(client, "/api/v1/runs/r1/frontier", token)

@@ -1,0 +1,326 @@
+"""The events of a batch that gate nothing, applied together: claims posted and tasks finished.
+
+A stretch of a batch's claim.posted and task.finished events is looked up in three queries (the
+tasks it names with their latest attempts, the claim keys it would take, the runs' running
+tasks) and its common events are written with a few bulk statements at the end:
+
+- a claim on its producer's own task, a key new to the run, load-bearing: its row, its
+  evidence's, and a use by each running task that consumes it (named in its `consumes`, or
+  below its producer with none declared; never one that checks it);
+- a task's own running attempt that succeeded and left no background work killed: the attempt's
+  finish, the task's state and its artifacts.
+
+`post` and `finish` answer such an event as `claim_post` and `task_finish` would. Any other is
+applied on its own by the caller (None), after `write` has stored what came before it, and
+`alone` says what it changed; so a batch's results and rows are those of its events one by one.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from django.db import connection
+from django.db.models import OuterRef, Subquery
+
+from fleet.models import Agent
+from runs import scheduler
+from runs.claims.bearing import NO_SUBJECT, subjects_of
+from runs.claims.circular import AGENT_TEXT, cites_an_agent
+from runs.claims.posting import posted_reason
+from runs.models import Artifact, Attempt, Claim, ClaimUse, Evidence, Prerequisite, Run, Task
+from runs.specs import ClaimSpec, Outcome
+from runs.task_state import FINISHED_FIELDS
+
+
+class Row(NamedTuple):
+    """A task the stretch names, as far as posting a claim on it or finishing it needs."""
+
+    key: str
+    pk: int
+    run_id: int
+    agent_id: UUID
+    state: str
+    attempt: int | None  # its latest attempt: id, number and outcome ("" while it runs)
+    number: int | None
+    outcome: str | None
+
+
+class Runner(NamedTuple):
+    """A running task of the stretch's runs, as far as consuming a claim goes."""
+
+    consumes: frozenset[str]
+    declared: bool  # it declared `consumes`: it consumes nothing implicitly
+    checks: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Posting:
+    """One claim.posted of the batch: who posts it, when, and on which run's task."""
+
+    actor: Agent
+    at: datetime
+    run: str
+    task: str
+    claim: ClaimSpec
+
+
+@dataclass(frozen=True)
+class Finishing:
+    """One task.finished of the batch."""
+
+    actor: Agent
+    at: datetime
+    run: str
+    task: str
+    outcome: Outcome
+
+
+@dataclass
+class Writes:
+    """What the stretch answered and has yet to store."""
+
+    claims: list[Claim] = field(default_factory=list)
+    evidence: list[tuple[Claim, Evidence]] = field(default_factory=list)
+    uses: list[tuple[Claim, int, datetime]] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
+
+
+class Together:
+    """A stretch of a batch's claim.posted and task.finished, looked up at once."""
+
+    def __init__(self, fleet_id: int, wanted: Iterable[tuple[str, str, str | None]]) -> None:
+        """`wanted`: the (run, task, claim key or None) the stretch names."""
+        wanted = list(wanted)
+        pairs = {(run, task) for run, task, _ in wanted}
+        latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+        found = (
+            Task.objects.filter(
+                run__fleet_id=fleet_id,
+                run__key__in={run for run, _ in pairs},
+                key__in={task for _, task in pairs},
+            )
+            .annotate(
+                attempt=Subquery(latest.values("pk")[:1]),
+                number=Subquery(latest.values("number")[:1]),
+                attempt_outcome=Subquery(latest.values("outcome")[:1]),
+            )
+            .values_list(
+                "run__key",
+                "key",
+                "pk",
+                "run_id",
+                "agent_id",
+                "state",
+                "attempt",
+                "number",
+                "attempt_outcome",
+            )  # fmt: skip
+        )
+        # Plain rows, not models: a batch names hundreds of tasks.
+        self.tasks = {
+            (run, key): Row(key, *rest) for run, key, *rest in found if (run, key) in pairs
+        }
+        named = {row.run_id: run for (run, _), row in self.tasks.items()}
+        self.runs = {run_id: Run(pk=run_id, key=key) for run_id, key in named.items()}
+        keys = {key for _, _, key in wanted if key is not None}
+        self.taken = set(
+            Claim.objects.filter(run_id__in=self.runs, key__in=keys).values_list("run_id", "key")
+        )
+        self.running: dict[int, dict[int, Runner]] = defaultdict(dict)
+        self.read_running(list(self.runs))
+        producers = {
+            row.pk
+            for (run, task, key) in wanted
+            if key is not None and (row := self.tasks.get((run, task))) is not None
+        }
+        self.below = self.running_below(producers)
+        self.writes = Writes()
+
+    def read_running(self, run_ids: list[int]) -> None:
+        running = Task.objects.filter(run_id__in=run_ids, state=Task.State.RUNNING)
+        for run_id in run_ids:
+            self.running[run_id] = {}
+        for run_id, pk, consumes, declared, checks in running.values_list(
+            "run_id", "pk", "consumes", "consumes_declared", "checks"
+        ):
+            self.running[run_id][pk] = Runner(frozenset(consumes), declared, frozenset(checks))
+
+    def running_below(self, producers: set[int]) -> dict[int, set[int]]:
+        """For each producer, the running tasks below it that declared no `consumes` (they
+        consume its claims implicitly): one walk down the edges from all of them at once."""
+        implicit = {
+            pk
+            for runners in self.running.values()
+            for pk, runner in runners.items()
+            if not runner.declared
+        }
+        below: dict[int, set[int]] = defaultdict(set)
+        if not producers or not implicit:
+            return below
+        edges = Prerequisite._meta.db_table
+        with connection.cursor() as cursor:
+            # Only the table's name is spliced in; the ids are parameters.
+            cursor.execute(
+                f"WITH RECURSIVE down(origin, id) AS ("  # noqa: S608
+                f"SELECT requires_id, task_id FROM {edges} WHERE requires_id IN ({_marks(producers)}) "
+                f"UNION SELECT d.origin, e.task_id FROM {edges} e JOIN down d ON e.requires_id = d.id"
+                f") SELECT origin, id FROM down WHERE id IN ({_marks(implicit)})",
+                [*producers, *implicit],
+            )
+            for origin, pk in cursor.fetchall():
+                below[origin].add(pk)
+        return below
+
+    def post(self, posting: Posting) -> dict[str, Any] | None:
+        """The claim's answer, its rows kept for `write`; None when it must be posted alone."""
+        row = self.tasks.get((posting.run, posting.task))
+        claim = posting.claim
+        if (
+            row is None
+            or row.agent_id != posting.actor.pk
+            or not claim.load_bearing
+            or (row.run_id, claim.key) in self.taken
+        ):
+            return None
+        evidence = claim.evidence
+        subjects = subjects_of(claim.about, claim.statement)
+        reason = posted_reason(evidence, imported=False, subjects=bool(subjects))
+        by = f"agent:{posting.actor.name}"
+        run = self.runs[row.run_id]
+        posted = Claim(
+            run_id=row.run_id,
+            task_id=row.pk,
+            key=claim.key,
+            statement=claim.statement,
+            load_bearing=True,
+            about=list(claim.about),
+            posted_by=by,
+            posted_at=posting.at,
+            status_reason=reason,
+            verification_pending=(
+                evidence is not None and not cites_an_agent(evidence.source) and bool(subjects)
+            ),
+        )
+        self.writes.claims.append(posted)
+        self.taken.add((row.run_id, claim.key))
+        if evidence is not None:
+            agent_text = cites_an_agent(evidence.source)
+            self.writes.evidence.append(
+                (
+                    posted,
+                    Evidence(
+                        role="posted",
+                        kind=evidence.kind,
+                        source=evidence.source,
+                        payload_hash=evidence.payload_hash,
+                        payload=evidence.payload,
+                        datasource=evidence.datasource or "",
+                        workspace=evidence.workspace or "",
+                        submitted_by=by,
+                        task_id=row.pk,
+                        created_at=posting.at,
+                        verdict=Claim.Status.UNVERIFIED if agent_text or not subjects else "",
+                        verdict_reason=AGENT_TEXT if agent_text else "" if subjects else NO_SUBJECT,
+                    ),
+                )
+            )
+        below = self.below[row.pk]
+        self.writes.uses += [
+            (posted, pk, posting.at)
+            for pk, runner in self.running[row.run_id].items()
+            if pk != row.pk
+            and claim.key not in runner.checks
+            and (claim.key in runner.consumes or (not runner.declared and pk in below))
+        ]
+        # A running producer's claim holds back nothing that is ready (see claim_post).
+        may_hold = row.state != Task.State.RUNNING
+        scheduler.mark_changed(run, [row.key], claim=claim.key, may_hold=may_hold)
+        return {"run": run.key, "claim": claim.key, "status": posted.status, "reason": reason}
+
+    def finish(self, finishing: Finishing) -> dict[str, Any] | None:
+        """The finish's answer, its writes kept for `write`; None when it must be applied alone
+        (a failure or killed background work asks the retry policy; a refusal says why)."""
+        row = self.tasks.get((finishing.run, finishing.task))
+        outcome = finishing.outcome
+        if (
+            row is None
+            or row.agent_id != finishing.actor.pk
+            or row.state != Task.State.RUNNING
+            or row.attempt is None
+            or row.outcome
+            or outcome.outcome != Attempt.Outcome.SUCCEEDED
+            or outcome.failure is not None
+            or outcome.background_killed
+        ):
+            return None
+        at = finishing.at
+        self.writes.attempts.append(
+            Attempt(
+                pk=row.attempt,
+                finished_at=at,
+                outcome=Attempt.Outcome.SUCCEEDED,
+                background_killed=[],
+                resumable=outcome.resumable,
+            )
+        )
+        self.writes.tasks.append(
+            Task(pk=row.pk, state=Task.State.SUCCEEDED, ready=False, finished_at=at)
+        )
+        self.writes.artifacts += [
+            Artifact(task_id=row.pk, kind=a.kind, ref=a.ref, url=a.url or "", created_at=at)
+            for a in outcome.artifacts
+        ]
+        done = row._replace(state=Task.State.SUCCEEDED, outcome=Attempt.Outcome.SUCCEEDED)
+        self.tasks[(finishing.run, finishing.task)] = done
+        self.running[row.run_id].pop(row.pk, None)
+        run = self.runs[row.run_id]
+        scheduler.mark_changed(run, [row.key], may_hold=False)  # a success only releases
+        return {"run": run.key, "task": row.key, "state": Task.State.SUCCEEDED}
+
+    def alone(self, run: str, task: str) -> None:
+        """An event of this stretch was applied on its own: what it changed is read again."""
+        row = self.tasks.get((run, task))
+        if row is None:
+            return
+        for key in Claim.objects.filter(task_id=row.pk).values_list("key", flat=True):
+            self.taken.add((row.run_id, key))
+        fresh = Task.objects.filter(pk=row.pk).values_list("state", flat=True).first()
+        latest = Attempt.objects.filter(task_id=row.pk).order_by("-number")
+        attempt, number, outcome = latest.values_list("pk", "number", "outcome").first() or (
+            None,
+            None,
+            None,
+        )
+        self.tasks[(run, task)] = row._replace(
+            state=fresh or row.state, attempt=attempt, number=number, outcome=outcome
+        )
+        self.read_running([row.run_id])
+
+    def write(self) -> None:
+        """Store what was answered so far; the claims' verification goes after commit."""
+        writes, self.writes = self.writes, Writes()
+        if writes.claims:
+            Claim.objects.bulk_create(writes.claims)
+            for claim, evidence in writes.evidence:
+                evidence.claim = claim
+            Evidence.objects.bulk_create([evidence for _, evidence in writes.evidence])
+            ClaimUse.objects.bulk_create(
+                [ClaimUse(claim=claim, task_id=pk, at=at) for claim, pk, at in writes.uses],
+                ignore_conflicts=True,
+            )
+            for claim in writes.claims:
+                if claim.verification_pending:
+                    scheduler.verify_after_commit(claim)
+        if writes.attempts:
+            Attempt.objects.bulk_update(writes.attempts, FINISHED_FIELDS)
+            Task.objects.bulk_update(writes.tasks, ["state", "ready", "finished_at"])
+            Artifact.objects.bulk_create(writes.artifacts)
+
+
+def _marks(ids: set[int]) -> str:
+    return ", ".join(["%s"] * len(ids))
