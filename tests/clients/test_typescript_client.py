@@ -257,3 +257,34 @@ def test_the_clients_readme_example_runs_as_an_es_module(built, live_app):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[ 'hello' ]"]
     assert Run.objects.get(key="hello-run").tasks.get(key="hello").state == "pending"
+
+
+@pytest.mark.postgres
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_the_clients_readme_batch_example_compiles_and_runs(built, live_app):
+    [code] = re.findall(r"```ts\n(.*?)```", (CLIENT / "README.md").read_text(), re.S)
+    fleet = services.fleet_create(name="acme")
+    planner = credentials(live_app, fleet, "planner")
+    code = (
+        code.replace('"@bulkhead/client"', '"./src/index.js"')
+        .replace("http://127.0.0.1:8000/hooks/v1/agents/<id>/events", planner.endpoint)
+        .replace('secret: "whsec_…"', f'secret: "{planner.secret}"')
+        .replace('token: "bhk_…"', f'token: "{planner.token}"')
+    )
+    script = CLIENT / "dist" / "readme-batches.ts"
+    script.write_text(code)
+    done = subprocess.run(
+        ["npx", "tsc", "--strict", "--target", "es2022", "--module", "nodenext",
+         "--moduleResolution", "nodenext", "--types", "node", "--skipLibCheck", str(script)],
+        cwd=CLIENT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run(
+        ["node", str(script.with_suffix(".js"))],
+        cwd=CLIENT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[ 202, 202 ] true"]
+    assert Run.objects.get(key="batch-run").tasks.get(key="count").state == "succeeded"
+    assert Claim.objects.filter(key="count.rows").count() == 1
