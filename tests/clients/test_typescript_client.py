@@ -1,7 +1,7 @@
 """The TypeScript client (clients/typescript): installed from the repository with `npm ci`,
-compiled with `tsc`, its unit tests and an end-to-end test run with node's test runner, the
-end-to-end one against the live app; its generated types are the server's OpenAPI document; its
-canonical JSON hashes as the server's."""
+compiled with `tsc`, its unit tests and end-to-end tests run with node's test runner, the
+end-to-end ones (a run, and a batch) against the live app; its generated types are the server's
+OpenAPI document; its canonical JSON hashes as the server's."""
 
 import json
 import os
@@ -17,7 +17,7 @@ from fleet import services
 from fleet.models import Event
 from fleet.stories import all_green
 from runs.claims.hashing import payload_hash
-from runs.models import Run
+from runs.models import Claim, Run
 from tests.clients.conftest import ROOT, credentials
 from tests.clients.proxy import LosingProxy
 from tests.conftest import eventually
@@ -64,7 +64,7 @@ def node_test(path: Path, env: dict[str, str] | None = None, timeout: float = 18
 
 def test_the_typescript_unit_tests_pass(built):
     output = node_test(built / "test" / "unit.test.js")
-    assert "# pass 8" in output, output
+    assert "# pass 14" in output, output
 
 
 def test_its_types_are_generated_from_the_servers_openapi_document(built, tmp_path):
@@ -176,6 +176,45 @@ def test_the_typescript_client_against_a_live_bulkhead(built, live_app, tmp_path
 @pytest.mark.postgres
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
+def test_a_typescript_batch_is_applied_once_through_a_lost_answer(built, live_app):
+    fleet = services.fleet_create(name="acme")
+    orch = credentials(live_app, fleet, "orch", orchestrator=True)
+    credentials(live_app, fleet, "planner")
+    proxy = LosingProxy(
+        live_app.url, lambda path, headers, body: path.endswith("/batches") and not proxy.seen
+    )
+    env = {
+        "BULKHEAD_ENDPOINT": orch.endpoint,
+        "BULKHEAD_PROXY_ENDPOINT": orch.endpoint.replace(live_app.url, proxy.url),
+        "BULKHEAD_SECRET": orch.secret,
+        "BULKHEAD_TOKEN": orch.token,
+    }
+    try:
+        output = node_test(built / "test" / "batches.live.test.js", env)
+    finally:
+        proxy.stop()
+    assert "# pass 1" in output, output
+    # The lost answer: the same batch again (webhook-id, timestamp, body), each event applied once.
+    first, again = proxy.seen
+    batches = orch.endpoint.removeprefix(live_app.url).replace("/events", "/batches")
+    assert (first.path, first.answered, again.answered) == (batches, 503, 200)
+    assert (first.headers["webhook-id"], first.headers["webhook-timestamp"], first.body) == (
+        again.headers["webhook-id"], again.headers["webhook-timestamp"], again.body
+    )  # fmt: skip
+    assert [e["id"] for e in json.loads(first.body)["events"]] == [
+        "ts_batch_claim", "ts_batch_a", "ts_batch_b"
+    ]  # fmt: skip
+    for event_id in ("ts_batch_claim", "ts_batch_a", "ts_batch_b"):
+        assert Event.objects.filter(webhook_id=event_id).count() == 1
+    assert Claim.objects.filter(key="a.k").count() == 1
+    assert set(Run.objects.get(key="ts-batch").tasks.values_list("state", flat=True)) == {
+        "succeeded"
+    }
+
+
+@pytest.mark.postgres
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
 def test_the_readmes_typescript_quick_start_runs_a_first_task(built, live_app):
     [code] = re.findall(r"```ts\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     fleet = services.fleet_create(name="acme")
@@ -218,3 +257,34 @@ def test_the_clients_readme_example_runs_as_an_es_module(built, live_app):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[ 'hello' ]"]
     assert Run.objects.get(key="hello-run").tasks.get(key="hello").state == "pending"
+
+
+@pytest.mark.postgres
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_the_clients_readme_batch_example_compiles_and_runs(built, live_app):
+    [code] = re.findall(r"```ts\n(.*?)```", (CLIENT / "README.md").read_text(), re.S)
+    fleet = services.fleet_create(name="acme")
+    planner = credentials(live_app, fleet, "planner")
+    code = (
+        code.replace('"@bulkhead/client"', '"./src/index.js"')
+        .replace("http://127.0.0.1:8000/hooks/v1/agents/<id>/events", planner.endpoint)
+        .replace('secret: "whsec_…"', f'secret: "{planner.secret}"')
+        .replace('token: "bhk_…"', f'token: "{planner.token}"')
+    )
+    script = CLIENT / "dist" / "readme-batches.ts"
+    script.write_text(code)
+    done = subprocess.run(
+        ["npx", "tsc", "--strict", "--target", "es2022", "--module", "nodenext",
+         "--moduleResolution", "nodenext", "--types", "node", "--skipLibCheck", str(script)],
+        cwd=CLIENT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run(
+        ["node", str(script.with_suffix(".js"))],
+        cwd=CLIENT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[ 202, 202 ] true"]
+    assert Run.objects.get(key="batch-run").tasks.get(key="count").state == "succeeded"
+    assert Claim.objects.filter(key="count.rows").count() == 1

@@ -2,8 +2,9 @@
 // retries, and the read API (runs, frontiers, next-attempt context, escalations).
 import { createHmac, randomUUID } from "node:crypto";
 
+import { Batch, type BatchOptions } from "./batches.js";
 import { Blocked, Refused, RetriesExhausted, Unauthorized, type ErrorItem } from "./errors.js";
-import type { Accepted, ContextOut, EscalationOut, EscalationRow, EventData, EventType, FrontierOut, RunOut, TaskSpec } from "./types.js";
+import type { Accepted, BatchEvent, BatchResult, ContextOut, EscalationOut, EscalationRow, EventData, EventType, FrontierOut, RunOut, TaskSpec } from "./types.js";
 
 const RETRYABLE = new Set([429, 502, 503, 504]);
 // A webhook-timestamp more than 5 minutes off is refused: a later retry is signed again.
@@ -82,15 +83,43 @@ export class Bulkhead {
     this.now = options.now ?? Date.now;
   }
 
+  /** The event's envelope: its type, the time now and its data. */
+  envelope<T extends EventType>(type: T, data: EventData[T]): { type: T; timestamp: string; data: EventData[T] } {
+    return { type, timestamp: new Date(this.now()).toISOString(), data };
+  }
+
   /** The event's envelope as body text, with a webhook-id (new unless given). */
   prepare<T extends EventType>(type: T, data: EventData[T], webhookId?: string): PreparedEvent {
-    const timestamp = new Date(this.now()).toISOString();
     return {
-      webhookId: webhookId ?? `msg_${randomUUID().replaceAll("-", "")}`,
+      webhookId: webhookId ?? newId("msg"),
       type,
-      body: JSON.stringify({ type, timestamp, data }),
+      body: JSON.stringify(this.envelope(type, data)),
       signedAt: Math.floor(this.now() / 1000),
     };
+  }
+
+  /** Events of a batch as one body text, signed as one request under its own webhook-id (new
+   * unless given), which every retry of it keeps; each event keeps its own id. */
+  prepareBatch(events: BatchEvent[], webhookId?: string): PreparedEvent {
+    return {
+      webhookId: webhookId ?? newId("batch"),
+      type: "batch",
+      body: JSON.stringify({ events }),
+      signedAt: Math.floor(this.now() / 1000),
+    };
+  }
+
+  /** Post a prepared batch, retrying under the same webhook-id and body: each event's result,
+   * in order (a refused event is a result, not a throw: `Batch.flush` throws `BatchRefused`). */
+  async deliverBatch(batch: PreparedEvent): Promise<BatchResult[]> {
+    const response = await this.postSigned(this.batchEndpoint, batch);
+    return ((await response.json()) as { results: BatchResult[] }).results;
+  }
+
+  /** A buffer for events that gate nothing (claim.posted, claim.checked, task.finished,
+   * capability.changed), sent together in signed batches of at most `maxEvents` (500). */
+  batch(options: BatchOptions = {}): Batch {
+    return new Batch(this, options);
   }
 
   /** Sign and post one event; throws `Refused` (or `Blocked`, `Unauthorized`) with the server's errors. */
@@ -209,6 +238,10 @@ export class Bulkhead {
       await this.sleep(options.intervalMs ?? 1000);
     }
   }
+}
+
+function newId(prefix: string): string {
+  return `${prefix}_${randomUUID().replaceAll("-", "")}`;
 }
 
 async function refusal(response: Response): Promise<Refused> {

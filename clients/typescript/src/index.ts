@@ -1,3 +1,4 @@
+export * from "./batches.js";
 export * from "./canonical.js";
 export * from "./client.js";
 export * from "./errors.js";

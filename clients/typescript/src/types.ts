@@ -13,6 +13,9 @@ export type EscalationRow = S["EscalationRow"];
 export type AnswerOut = S["AnswerOut"];
 export type Accepted = S["Accepted"] & Record<string, unknown>;
 export type BatchResults = S["BatchResults"];
+/** One event of a batch: its id, the status it got and the body it would have had alone
+ * (Accepted, or `{ errors }`). */
+export type BatchResult = Omit<BatchResults["results"][number], "body"> & { body: Record<string, unknown> };
 export type Evidence = S["EvidenceIn"];
 export type TaskSpec = S["TaskIn"];
 
@@ -39,3 +42,12 @@ export const EVENT_TYPES: EventType[] = [
   "capability.changed",
   "packet.submitted",
 ];
+
+/** What may wait in a batch: nothing the sender does next depends on the answer right away.
+ * task.started (its 409 says whether the task may start), run.started, tasks.added and
+ * packet.submitted are sent on their own. */
+export const NON_GATING = ["capability.changed", "claim.checked", "claim.posted", "task.finished"] as const satisfies readonly EventType[];
+export type NonGatingType = (typeof NON_GATING)[number];
+
+/** One event of a batch as sent: its own id (its idempotency key), type, timestamp and data. */
+export type BatchEvent<T extends NonGatingType = NonGatingType> = Omit<S["BatchEvent"], "type" | "data"> & { type: T; data: EventData[T] };

@@ -7,21 +7,24 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { Blocked, Bulkhead, Refused, RetriesExhausted, canonicalJson, fileLines, payloadHash, pythonNumber, queryResult, shellWords, sign, testCommand } from "../src/index.js";
+import { BatchRefused, Blocked, Bulkhead, Refused, RetriesExhausted, canonicalJson, fileLines, payloadHash, pythonNumber, queryResult, shellWords, sign, testCommand } from "../src/index.js";
 
 const SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 interface Seen { path: string; headers: IncomingMessage["headers"]; body: string }
 type Answer = [number, Record<string, string>, unknown];
+type Reply = Answer | ((seen: Seen) => Answer);
 
-async function fake(script: Answer[]): Promise<{ seen: Seen[]; base: string; close: () => void }> {
+async function fake(script: Reply[]): Promise<{ seen: Seen[]; base: string; close: () => void }> {
   const seen: Seen[] = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     let body = "";
     req.on("data", (c) => (body += c));
     req.on("end", () => {
-      seen.push({ path: req.url ?? "", headers: req.headers, body });
-      const [status, headers, json] = script.shift() ?? [202, {}, { event: "e", type: "t" }];
+      const now: Seen = { path: req.url ?? "", headers: req.headers, body };
+      seen.push(now);
+      const reply = script.shift() ?? [202, {}, { event: "e", type: "t" }];
+      const [status, headers, json] = typeof reply === "function" ? reply(now) : reply;
       res.writeHead(status, { "content-type": "application/json", ...headers });
       res.end(JSON.stringify(json));
     });
@@ -136,6 +139,127 @@ test("reads send the bearer token and retry a 503", async () => {
     assert.deepEqual(frontier.ready, ["a"]);
     assert.equal(server.seen[1]?.path, "/api/v1/runs/r%201/frontier");
     assert.equal(server.seen[1]?.headers.authorization, "Bearer bhk_t");
+  } finally {
+    server.close();
+  }
+});
+
+// Batches: non-gating events buffered and sent in one signed request ----------------------------
+
+interface SentEvent { id: string; type: string; timestamp: string; data: unknown }
+const eventsOf = (seen: Seen): SentEvent[] => JSON.parse(seen.body).events;
+const resultsFor = (seen: Seen): Answer => [200, {}, { results: eventsOf(seen).map((e) => ({ id: e.id, status: 202, body: { event: e.id, type: e.type } })) }];
+
+test("a batch sends its events in one request signed over its body, each event with its own id", async () => {
+  const server = await fake([resultsFor]);
+  try {
+    const batch = client(server.base).batch();
+    const first = batch.add("claim.posted", { run: "r", task: "a", claim: { key: "k", statement: "s" } });
+    const second = batch.add("task.finished", { run: "r", task: "a", outcome: "succeeded" }, { id: "evt_given" });
+    assert.equal(second, "evt_given");
+    assert.equal(server.seen.length, 0); // buffered until flushed
+    const results = await batch.flush();
+    const [seen] = server.seen;
+    assert.ok(seen);
+    assert.equal(server.seen.length, 1);
+    assert.equal(seen.path, "/hooks/v1/agents/a1/batches");
+    const id = String(seen.headers["webhook-id"]);
+    assert.match(id, /^batch_[0-9a-f]{32}$/);
+    assert.equal(seen.headers["webhook-signature"], sign(SECRET, id, Number(seen.headers["webhook-timestamp"]), seen.body));
+    const events = eventsOf(seen);
+    assert.deepEqual(events.map((e) => [e.id, e.type]), [[first, "claim.posted"], ["evt_given", "task.finished"]]);
+    assert.match(first, /^msg_[0-9a-f]{32}$/);
+    assert.deepEqual(Object.keys(events[0] ?? {}).sort(), ["data", "id", "timestamp", "type"]);
+    assert.deepEqual(events[1]?.data, { run: "r", task: "a", outcome: "succeeded" });
+    assert.deepEqual(results.map((r) => [r.id, r.status]), [[first, 202], ["evt_given", 202]]);
+    assert.deepEqual(await batch.flush(), []); // nothing waits: nothing sent
+    assert.equal(server.seen.length, 1);
+  } finally {
+    server.close();
+  }
+});
+
+test("a batch is retried whole under its webhook-id, timestamp and body after a 503", async () => {
+  const server = await fake([[503, { "retry-after": "1" }, { errors: [] }], resultsFor]);
+  try {
+    const batch = client(server.base).batch();
+    batch.add("capability.changed", { capability: "forge", status: "up" });
+    assert.deepEqual((await batch.flush()).map((r) => r.status), [202]);
+    const keys = new Set(server.seen.map((s) => `${s.headers["webhook-id"]}|${s.headers["webhook-timestamp"]}|${s.body}`));
+    assert.equal(server.seen.length, 2);
+    assert.equal(keys.size, 1);
+  } finally {
+    server.close();
+  }
+});
+
+test("a gating event is not buffered, and a batch holds 1 to 500 events", () => {
+  const bh = new Bulkhead({ endpoint: "http://127.0.0.1:9/hooks/v1/agents/a1/events", secret: SECRET });
+  const batch = bh.batch();
+  const start = { run: "r", task: "a", attempt: { prompt_hash: "p", context_hash: "c" } };
+  // @ts-expect-error: the type allows only the non-gating events; plain JavaScript is refused when it runs.
+  assert.throws(() => batch.add("task.started", start), (e: unknown) => e instanceof RangeError && /^task\.started is not buffered: send it on its own .*a batch takes capability\.changed, claim\.checked, claim\.posted, task\.finished$/.test(e.message));
+  // @ts-expect-error: likewise packet.submitted
+  assert.throws(() => batch.add("packet.submitted", {}), /packet\.submitted is not buffered/);
+  assert.equal(batch.size, 0);
+  assert.equal(batch.maxEvents, 500);
+  for (const maxEvents of [0, 501, 2.5]) assert.throws(() => bh.batch({ maxEvents }), new RegExp(`1 to 500 events, not ${maxEvents}`));
+});
+
+test("a batch is sent as soon as maxEvents wait, in order, and flush returns every result since", async () => {
+  const server = await fake([resultsFor, resultsFor, resultsFor]);
+  try {
+    const batch = client(server.base).batch({ maxEvents: 2 });
+    const ids = [0, 1, 2, 3, 4].map((i) => batch.add("capability.changed", { capability: `c${i}`, status: "up" }));
+    assert.equal(batch.size, 1); // four went to two requests of two
+    const results = await batch.flush();
+    assert.deepEqual(server.seen.map((s) => eventsOf(s).map((e) => e.id)), [ids.slice(0, 2), ids.slice(2, 4), ids.slice(4)]);
+    assert.deepEqual(results.map((r) => r.id), ids);
+    assert.deepEqual(batch.results.map((r) => r.id), ids);
+  } finally {
+    server.close();
+  }
+});
+
+test("a refused event of a batch throws BatchRefused with every event's result", async () => {
+  const oneRefused = (seen: Seen): Answer => {
+    const [a, b] = eventsOf(seen);
+    return [200, {}, { results: [
+      { id: a?.id, status: 202, body: { event: "e", type: "task.finished" } },
+      { id: b?.id, status: 422, body: { errors: [{ loc: "data.task", msg: "no task 'zz'" }] } },
+    ] }];
+  };
+  const server = await fake([oneRefused]);
+  try {
+    const batch = client(server.base).batch();
+    batch.add("task.finished", { run: "r", task: "a", outcome: "succeeded" });
+    const second = batch.add("task.finished", { run: "r", task: "zz", outcome: "succeeded" });
+    await assert.rejects(batch.flush(), (e: unknown) => {
+      assert.ok(e instanceof BatchRefused && e instanceof Refused);
+      assert.equal(e.status, 422);
+      assert.deepEqual(e.errors, [{ loc: `events.${second}.data.task`, msg: "no task 'zz'" }]);
+      assert.deepEqual(e.messages(`events.${second}.data.task`), ["no task 'zz'"]);
+      assert.deepEqual(e.results.map((r) => r.status), [202, 422]);
+      return true;
+    });
+  } finally {
+    server.close();
+  }
+});
+
+test("a batch that gets no answer waits again, and is sent again under the same event ids", async () => {
+  const server = await fake([[503, {}, { errors: [] }], [503, {}, { errors: [] }], resultsFor, resultsFor]);
+  try {
+    const bh = new Bulkhead({ endpoint: `${server.base}/hooks/v1/agents/a1/events`, secret: SECRET, retry: { attempts: 2 }, sleep: async () => {} });
+    const batch = bh.batch({ maxEvents: 2 });
+    const ids = [0, 1, 2].map((i) => batch.add("capability.changed", { capability: `c${i}`, status: "up" }));
+    await assert.rejects(batch.flush(), (e: unknown) => e instanceof RetriesExhausted && e.attempts === 2);
+    assert.equal(server.seen.length, 2); // the first request, tried twice; the second not sent after it failed
+    assert.equal(batch.size, 3);
+    assert.deepEqual((await batch.flush()).map((r) => r.id), ids);
+    const sent = server.seen.map((s) => eventsOf(s).map((e) => e.id));
+    assert.deepEqual(sent, [ids.slice(0, 2), ids.slice(0, 2), ids.slice(0, 2), ids.slice(2)]);
+    assert.notEqual(server.seen[0]?.headers["webhook-id"], server.seen[2]?.headers["webhook-id"]); // a new request
   } finally {
     server.close();
   }
