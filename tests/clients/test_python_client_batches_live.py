@@ -1,6 +1,4 @@
-"""The Python client's batches against a live Bulkhead. NOT COLLECTED YET (the name does not
-start with test_): the batch endpoint, POST /hooks/v1/agents/<id>/batches, comes with another
-branch (h17). Once it is merged, rename this file to test_python_client_batches_live.py.
+"""The Python client's batches against a live Bulkhead.
 
 Non-gating events buffered and sent in one signed batch; the answer lost once (a 503 after
 Bulkhead applied it), so the client sends the same batch again: every event applied once; a
