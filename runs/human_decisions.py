@@ -3,16 +3,30 @@ hands it over, an abort cancels it and what waits on it. The desk calls each onc
 transaction, with the hold (`escalation:<id>`) the decision lifts."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
-from fleet.models import Agent
-from fleet.outbox import notify
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
+
+from fleet.models import Agent, Delivery
+from fleet.outbox import notify, prepared
+from fleet.together import Insert, Inserted, Update
 from runs import frontier, holds, policy, release, scheduler, task_state
 from runs.claims.by_hand import answered, supersede_refuted
-from runs.claims.hashing import HUMAN_ANSWER
+from runs.claims.hashing import HUMAN_ANSWER, payload_hash
 from runs.context import next_attempt
-from runs.models import Attempt, Decision, ProgressLine, Run, Task
+from runs.models import (
+    Attempt,
+    Blocker,
+    Claim,
+    Decision,
+    Evidence,
+    Hold,
+    ProgressLine,
+    Run,
+    Task,
+)
 
 
 @dataclass(frozen=True)
@@ -221,3 +235,178 @@ def person_abort(
         notify(run.fleet, "run.failed", {"run": run.key, "task": task.key, "cause": cause})
     scheduler.mark_changed(run, [task.key, *cancelled])
     return Aborted(decision=decision, cancelled=cancelled)
+
+
+@dataclass
+class ToReframe:
+    """A task an answer reframes, its run and task locked by the caller (the tasks from
+    `for_answer`); `question` is the one its own packet asked."""
+
+    run: Run
+    task: Task
+    question: str
+
+
+@dataclass
+class AnswerWrites:
+    """What an answer writes, for the caller to write with its own (`fleet.together`), and the
+    notifications among them, to send after commit (`task.reframed` first)."""
+
+    writes: list[Insert | Update]
+    deliveries: list[Delivery]
+    reframed: list[Reframed]  # in the order of the tasks given
+    runs: list[int]  # whose frontier to recompute after commit (`scheduler.recompute_after_commit`)
+
+
+def for_answer(tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """The tasks with what reframing them reads: the latest attempt, whether a decision waits,
+    whether a refuted claim of theirs may be superseded."""
+    latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+    return tasks.annotate(
+        latest_attempt_id=Subquery(latest.values("pk")[:1]),
+        latest_attempt_number=Subquery(latest.values("number")[:1]),
+        unsettled=Exists(Decision.objects.filter(task=OuterRef("pk"), acted_at__isnull=True)),
+        refuted=Exists(
+            Claim.objects.filter(
+                task=OuterRef("pk"), status=Claim.Status.REFUTED, load_bearing=True
+            )
+        ),
+    )
+
+
+def reframe_by_answer(
+    *,
+    tasks: Sequence[ToReframe],
+    hold: str,
+    escalation: int,
+    reviewer: str,
+    answer: str,
+    at: datetime,
+) -> AnswerWrites:
+    """`answer_reframe` for every task an answer reframes, its writes gathered (the caller
+    writes them together): per task, a verified claim with its evidence, a reframe decision
+    with the answer as ground truth, the task pending again, the hold lifted and `task.reframed`
+    with the whole next-attempt context; per run, one frontier change."""
+    who = f"reviewer:{reviewer}"
+    payload = {"question": "", "answer": answer, "escalation": escalation}
+    for item in tasks:  # rare: the answer takes the place of refuted claims others consume
+        if getattr(item.task, "refuted", True):
+            supersede_refuted(
+                task=item.task,
+                statement=answer,
+                evidence={
+                    "source": who,
+                    "payload_hash": payload_hash({**payload, "question": item.question}),
+                    "payload": {**payload, "question": item.question},
+                },
+                at=at,
+            )
+    facts = scheduler.facts_for(list({item.run.pk: item.run for item in tasks}.values()))
+    prior = prior_decisions([item.task for item in tasks])
+    writes: list[Insert | Update] = []
+    decisions, deliveries, claimed = (
+        [],
+        [],
+        {run_id: set(f[1].claims) for run_id, f in facts.items()},
+    )
+    for item in tasks:
+        run, task = item.run, item.task
+        nodes, world = facts[run.pk]
+        key = f"answer.escalation-{escalation}"
+        if key in claimed[run.pk]:  # another task of the run waits on the same escalation
+            key = f"{key}.{task.key}" if len(key) + len(task.key) < 200 else f"{key}.task-{task.pk}"
+        claimed[run.pk].add(key)
+        asked = {**payload, "question": item.question}
+        claim = Claim(
+            run_id=run.pk, task=task, key=key, statement=f"{item.question} — {answer}",
+            load_bearing=True, status=Claim.Status.VERIFIED,
+            status_reason=f"verified: answered by {reviewer}, a reviewer", posted_at=at,
+            checked_at=at, checked_by=who,
+        )  # fmt: skip
+        inserted = Insert([claim])
+        evidence = Evidence(
+            claim_id=Inserted(inserted), role=Evidence.Role.CHECK, kind=HUMAN_ANSWER,
+            source=who, payload_hash=payload_hash(asked), payload=asked, submitted_by=who,
+            verdict=Claim.Status.VERIFIED,
+            verdict_reason="a reviewer's answer is itself a verified claim", created_at=at,
+        )  # fmt: skip
+        writes += [inserted, Insert([evidence])]
+        truth = {
+            "kind": HUMAN_ANSWER, "source": who, "question": item.question, "answer": answer,
+            "claim": key, "escalation": escalation, "payload_hash": evidence.payload_hash,
+        }  # fmt: skip
+        decision = Decision(
+            run=run, task=task, attempt_id=task.latest_attempt_id, action=Decision.Action.REFRAME,
+            reason=(
+                f"Reframe: {reviewer} answered escalation {escalation} "
+                f"({item.question}): {answer}. The next attempt gets the answer as ground truth."
+            ),
+            ground_truth=[truth], created_at=at, acted_at=at,
+        )  # fmt: skip
+        decisions.append(decision)
+        if getattr(item.task, "unsettled", True):
+            writes.append(
+                Update(Decision.objects.filter(task=task, acted_at__isnull=True), {"acted_at": at})
+            )
+        # The run once the answer is in: the task pending, its hold lifted, the answer a claim.
+        nodes[task.key] = replace(nodes[task.key], state=Task.State.PENDING)
+        held = world.escalations.get(task.key, ())
+        lifted = tuple(i for i in held if f"{scheduler.ESCALATION}{i}" != hold)
+        escalations = {k: v for k, v in world.escalations.items() if k != task.key}
+        if lifted:
+            escalations[task.key] = lifted
+        claims = {**world.claims, key: frontier.ClaimView(Claim.Status.VERIFIED, True, task.key)}
+        facts[run.pk] = (nodes, replace(world, escalations=escalations, claims=claims))
+        task.state, task.ready, task.finished_at = Task.State.PENDING, False, None
+        truths: list[Any] = []
+        for item_truth in [*prior[task.pk][0], truth]:
+            if item_truth not in truths:
+                truths.append(item_truth)
+        reframed = prepared(
+            run.fleet,
+            "task.reframed",
+            {
+                "run": run.key,
+                "task": task.key,
+                "agent": task.agent.name,
+                "attempt": task.latest_attempt_number or 0,
+                "reason": decision.reason,
+                "ground_truth": truths,
+                "scope": prior[task.pk][1],
+                "escalation": escalation,
+            },
+        )
+        if reframed is not None:
+            deliveries.append(reframed)
+    ids = [item.task.pk for item in tasks]
+    writes += [
+        Insert(decisions),
+        Update(Task.objects.filter(pk__in=ids), {"state": Task.State.PENDING, "ready": False,
+                                                 "finished_at": None}),
+        Update(Hold.objects.filter(task_id__in=ids, code=hold, lifted_at__isnull=True),
+               {"lifted_at": at}),
+        Update(Blocker.objects.filter(task_id__in=ids, code=hold, cleared_at__isnull=True),
+               {"cleared_at": at}),
+    ]  # fmt: skip
+    done, changes = [], {}
+    for item, decision in zip(tasks, decisions, strict=True):
+        nodes, world = facts[item.run.pk]
+        result = frontier.frontier(nodes, world)
+        released = release.released_by(nodes, world, item.task.key, ready=result.ready)
+        changes.setdefault(item.run.pk, (item.run, []))[1].extend(released)
+        blockers = list(result.deferred.get(item.task.key, ()))
+        done.append(Reframed(decision=decision, released=released, blockers=blockers))
+    writes.append(Insert([scheduler.change(run, keys) for run, keys in changes.values()]))
+    return AnswerWrites(writes=writes, deliveries=deliveries, reframed=done, runs=list(changes))
+
+
+def prior_decisions(tasks: Sequence[Task]) -> dict[int, tuple[list[Any], str | None]]:
+    """Each task's ground truth so far (in order, each piece once) and its latest scope."""
+    found: dict[int, tuple[list[Any], str | None]] = {t.pk: ([], None) for t in tasks}
+    rows = Decision.objects.filter(task__in=[t.pk for t in tasks]).order_by("created_at", "id")
+    for task_id, truth, scope in rows.values_list("task_id", "ground_truth", "scope"):
+        gathered, _ = found[task_id]
+        gathered += [item for item in truth if item not in gathered]
+        if scope:
+            found[task_id] = (gathered, scope)
+    return found

@@ -1,12 +1,13 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -439,3 +440,115 @@ def settle(run: Run) -> None:
         )
         if not run.imported:  # a past run's outcome is history, not news for the agents
             notify(run.fleet, "run.succeeded", {"run": run.key})
+
+
+Facts = tuple[dict[str, rule.TaskNode], rule.World]
+
+FACTS_SQL = """
+SELECT 't', t.run_id, json_build_array(t.id, t.key, t.state, t.capabilities, t.reads_state_of,
+    t.effect, t.dependency_confidence, t."transaction", t.consumes, t.consumes_declared, t.checks,
+    t.weight, t.released)
+  FROM runs_task t WHERE t.run_id = ANY(%(runs)s)
+UNION ALL
+SELECT 'p', t.run_id, json_build_array(p.task_id, p.id, r.key)
+  FROM runs_prerequisite p JOIN runs_task t ON t.id = p.task_id JOIN runs_task r ON r.id = p.requires_id
+  WHERE t.run_id = ANY(%(runs)s)
+UNION ALL
+SELECT 'h', t.run_id, json_build_array(h.task_id, h.id, h.key)
+  FROM runs_halt h JOIN runs_task t ON t.id = h.task_id
+  WHERE t.run_id = ANY(%(runs)s) AND h.settled_at IS NULL
+UNION ALL
+SELECT 'o', t.run_id, json_build_array(t.key, o.code, extract(epoch FROM o.placed_at), o.id)
+  FROM runs_hold o JOIN runs_task t ON t.id = o.task_id
+  WHERE t.run_id = ANY(%(runs)s) AND o.lifted_at IS NULL
+UNION ALL
+SELECT 'c', c.run_id, json_build_array(c.key, c.status, c.load_bearing, t.key, c.superseded)
+  FROM runs_claim c JOIN runs_task t ON t.id = c.task_id WHERE c.run_id = ANY(%(runs)s)
+UNION ALL
+SELECT 'f', f.fleet_id, json_build_array(f.name, f.status, f.role)
+  FROM fleet_capability f WHERE f.fleet_id = ANY(%(fleets)s)
+"""
+
+
+def facts_for(runs: Sequence[Run]) -> dict[int, Facts]:
+    """Each run's tasks and world as the frontier rule sees them (`nodes_for`, `world_for`):
+    on PostgreSQL in one statement for all the runs, elsewhere run by run."""
+    if connection.vendor != "postgresql":
+        return {run.pk: (nodes_for(run), world_for(run)) for run in runs}
+    rows: dict[tuple[str, int], list[list[Any]]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            FACTS_SQL,
+            {"runs": sorted({r.pk for r in runs}), "fleets": sorted({r.fleet_id for r in runs})},
+        )
+        for kind, owner, values in cursor.fetchall():
+            if isinstance(values, str):
+                values = json.loads(values)
+            rows.setdefault((kind, owner), []).append(values)
+    facts = {}
+    for run in runs:
+        edges: dict[int, list[str]] = {}
+        for task_id, _, key in sorted(rows.get(("p", run.pk), []), key=lambda r: (r[0], r[1])):
+            edges.setdefault(task_id, []).append(key)
+        halted: dict[int, list[str]] = {}
+        for task_id, _, claim in rows.get(("h", run.pk), []):
+            halted.setdefault(task_id, []).append(claim)
+        nodes = {}
+        for row in sorted(rows.get(("t", run.pk), []), key=lambda r: r[0]):
+            (pk, key, state, capabilities, reads, effect, confidence, group, consumes,
+             declared, checks, weight, released) = row  # fmt: skip
+            nodes[key] = rule.TaskNode(
+                key=key,
+                state=state,
+                prerequisites=tuple(edges.get(pk, ())),
+                capabilities=tuple(capabilities),
+                reads_state_of=tuple(reads),
+                effect=effect,
+                dependency_confidence=confidence,
+                transaction=group or None,
+                consumes=tuple(dict.fromkeys(consumes)),
+                weight=weight,
+                released=released,
+                implicit=not declared,
+                checks=tuple(checks),
+                halted_on=tuple(sorted(halted.get(pk, ()))),
+            )
+        held: dict[str, list[str]] = {}
+        for key, code, _, _ in sorted(rows.get(("o", run.pk), []), key=lambda r: (r[2], r[3])):
+            held.setdefault(key, []).append(code)
+        escalations = {
+            key: tuple(c.removeprefix(ESCALATION) for c in codes if c.startswith(ESCALATION))
+            for key, codes in held.items()
+        }
+        capabilities = rows.get(("f", run.fleet_id), [])
+        world = rule.World(
+            down=frozenset(n for n, status, _ in capabilities if status == Capability.Status.DOWN),
+            unknown=frozenset(
+                n for n, status, _ in capabilities if status == Capability.Status.UNKNOWN
+            ),
+            stop_unnamed_roles=run.fleet.unnamed_roles_stop,
+            roles={role: n for n, _, role in capabilities if role},
+            claims={
+                key: rule.ClaimView(
+                    status=status,
+                    load_bearing=load_bearing,
+                    producer=None if superseded else producer,
+                )
+                for key, status, load_bearing, producer, superseded in rows.get(("c", run.pk), [])
+            },
+            escalations={key: ids for key, ids in escalations.items() if ids},
+            policy=run.policy,
+        )
+        facts[run.pk] = (nodes, world)
+    return facts
+
+
+def change(run: Run, keys: Iterable[str]) -> FrontierChange:
+    """What `mark_changed` stores, unsaved, for a caller that writes it with its other writes
+    and then asks for the recompute (`recompute_after_commit`)."""
+    return FrontierChange(run=run, keys=sorted(set(keys)), capability="", claims=[], may_hold=True)
+
+
+def recompute_after_commit(run_ids: Iterable[int]) -> None:
+    for run_id in run_ids:
+        after_commit(tasks.recompute, run_id, [])
