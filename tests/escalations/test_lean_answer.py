@@ -26,9 +26,11 @@ def desk_callback_url() -> str:
 def statements(escalation: Escalation, reviewer) -> list[str]:
     """The statements of the answer's transaction, up to its commit (what runs after commit
     belongs to a worker)."""
-    with TestCase.captureOnCommitCallbacks(execute=False):
-        with CaptureQueriesContext(connection) as queries:
-            escalation_answer(escalation=escalation, reviewer=reviewer, text="Use the threshold")
+    with (
+        TestCase.captureOnCommitCallbacks(execute=False),
+        CaptureQueriesContext(connection) as queries,
+    ):
+        escalation_answer(escalation=escalation, reviewer=reviewer, text="Use the threshold")
     return [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(TRANSACTION)]
 
 
