@@ -10,7 +10,7 @@ none reads what another writes, besides its `Inserted` key.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, router
@@ -105,7 +105,7 @@ def insert_sql(write: Insert, alias: str) -> tuple[str, Sequence[Any]]:
 
 
 def update_sql(write: Update, alias: str) -> tuple[str, Sequence[Any]]:
-    query = write.queryset.query.chain(UpdateQuery)
+    query = cast(UpdateQuery, write.queryset.query.chain(UpdateQuery))
     query.add_update_values(write.values)
     query.annotations = {}
     compiler = query.get_compiler(alias)

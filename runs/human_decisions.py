@@ -325,7 +325,8 @@ def reframe_by_answer(
         )  # fmt: skip
         inserted = Insert([claim])
         evidence = Evidence(
-            claim_id=Inserted(inserted), role=Evidence.Role.CHECK, kind=HUMAN_ANSWER,
+            claim_id=Inserted(inserted),  # type: ignore[misc]  # its key, once written
+            role=Evidence.Role.CHECK, kind=HUMAN_ANSWER,
             source=who, payload_hash=payload_hash(asked), payload=asked, submitted_by=who,
             verdict=Claim.Status.VERIFIED,
             verdict_reason="a reviewer's answer is itself a verified claim", created_at=at,
@@ -336,7 +337,7 @@ def reframe_by_answer(
             "claim": key, "escalation": escalation, "payload_hash": evidence.payload_hash,
         }  # fmt: skip
         decision = Decision(
-            run=run, task=task, attempt_id=task.latest_attempt_id, action=Decision.Action.REFRAME,
+            run=run, task=task, attempt_id=getattr(task, "latest_attempt_id", None), action=Decision.Action.REFRAME,
             reason=(
                 f"Reframe: {reviewer} answered escalation {escalation} "
                 f"({item.question}): {answer}. The next attempt gets the answer as ground truth."
@@ -369,7 +370,7 @@ def reframe_by_answer(
                 "run": run.key,
                 "task": task.key,
                 "agent": task.agent.name,
-                "attempt": task.latest_attempt_number or 0,
+                "attempt": getattr(task, "latest_attempt_number", None) or 0,
                 "reason": decision.reason,
                 "ground_truth": truths,
                 "scope": prior[task.pk][1],
@@ -388,7 +389,8 @@ def reframe_by_answer(
         Update(Blocker.objects.filter(task_id__in=ids, code=hold, cleared_at__isnull=True),
                {"cleared_at": at}),
     ]  # fmt: skip
-    done, changes = [], {}
+    done: list[Reframed] = []
+    changes: dict[int, tuple[Run, list[str]]] = {}
     for item, decision in zip(tasks, decisions, strict=True):
         nodes, world = facts[item.run.pk]
         result = frontier.frontier(nodes, world)

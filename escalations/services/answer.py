@@ -227,8 +227,8 @@ def locked_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[J
         .get(pk=escalation_id)
     )
     joined = list(waiting.select_related("packet").order_by("joined_at", "id"))
-    for row in [escalation, *joined]:
-        if row.task_id not in tasks or tasks[row.task_id].run_id not in runs:
+    for task_id in [escalation.task_id, *(row.task_id for row in joined)]:
+        if task_id not in tasks or tasks[task_id].run_id not in runs:
             raise JoinsChanged
     for row in joined:
         row.task = tasks[row.task_id]
