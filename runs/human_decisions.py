@@ -301,8 +301,10 @@ def reframe_by_answer(
                 },
                 at=at,
             )
-    facts = scheduler.facts_for(list({item.run.pk: item.run for item in tasks}.values()))
-    prior = prior_decisions([item.task for item in tasks])
+    decided: scheduler.Decided = {item.task.pk: [] for item in tasks}
+    runs = list({item.run.pk: item.run for item in tasks}.values())
+    facts = scheduler.facts_for(runs, decided=decided)
+    prior = {task_id: accumulated(found) for task_id, found in decided.items()}
     writes: list[Insert | Update] = []
     decisions, deliveries, claimed = (
         [],
@@ -359,10 +361,8 @@ def reframe_by_answer(
         claims = {**world.claims, key: frontier.ClaimView(Claim.Status.VERIFIED, True, task.key)}
         facts[run.pk] = (nodes, replace(world, escalations=escalations, claims=claims))
         task.state, task.ready, task.finished_at = Task.State.PENDING, False, None
-        truths: list[Any] = []
-        for item_truth in [*prior[task.pk][0], truth]:
-            if item_truth not in truths:
-                truths.append(item_truth)
+        known, scope = prior[task.pk]
+        truths = known + ([truth] if truth not in known else [])
         reframed = prepared(
             run.fleet,
             "task.reframed",
@@ -373,7 +373,7 @@ def reframe_by_answer(
                 "attempt": getattr(task, "latest_attempt_number", None) or 0,
                 "reason": decision.reason,
                 "ground_truth": truths,
-                "scope": prior[task.pk][1],
+                "scope": scope,
                 "escalation": escalation,
             },
         )
@@ -402,13 +402,12 @@ def reframe_by_answer(
     return AnswerWrites(writes=writes, deliveries=deliveries, reframed=done, runs=list(changes))
 
 
-def prior_decisions(tasks: Sequence[Task]) -> dict[int, tuple[list[Any], str | None]]:
-    """Each task's ground truth so far (in order, each piece once) and its latest scope."""
-    found: dict[int, tuple[list[Any], str | None]] = {t.pk: ([], None) for t in tasks}
-    rows = Decision.objects.filter(task__in=[t.pk for t in tasks]).order_by("created_at", "id")
-    for task_id, truth, scope in rows.values_list("task_id", "ground_truth", "scope"):
-        gathered, _ = found[task_id]
-        gathered += [item for item in truth if item not in gathered]
-        if scope:
-            found[task_id] = (gathered, scope)
-    return found
+def accumulated(decisions: list[tuple[list[Any], str]]) -> tuple[list[Any], str | None]:
+    """A task's ground truth so far, from its decisions oldest first (each piece once), and the
+    latest scope given (what `runs.context.next_attempt` tells its next attempt)."""
+    truth: list[Any] = []
+    scope = None
+    for given, its_scope in decisions:
+        truth += [item for item in given if item not in truth]
+        scope = its_scope or scope
+    return truth, scope

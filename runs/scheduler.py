@@ -467,24 +467,43 @@ SELECT 'c', c.run_id, json_build_array(c.key, c.status, c.load_bearing, t.key, c
 UNION ALL
 SELECT 'f', f.fleet_id, json_build_array(f.name, f.status, f.role)
   FROM fleet_capability f WHERE f.fleet_id = ANY(%(fleets)s)
+UNION ALL
+SELECT 'd', d.task_id, json_build_array(extract(epoch FROM d.created_at), d.id, d.ground_truth,
+    d.scope)
+  FROM runs_decision d WHERE d.task_id = ANY(%(decided)s)
 """
 
+# A task's decisions, oldest first: (ground truth, scope) each.
+Decided = dict[int, list[tuple[list[Any], str]]]
 
-def facts_for(runs: Sequence[Run]) -> dict[int, Facts]:
+
+def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[int, Facts]:
     """Each run's tasks and world as the frontier rule sees them (`nodes_for`, `world_for`):
-    on PostgreSQL in one statement for all the runs, elsewhere run by run."""
+    on PostgreSQL in one statement for all the runs, elsewhere run by run. `decided`, keyed by
+    task ids, is filled with those tasks' decisions (read with the rest)."""
+    decided = {} if decided is None else decided
     if connection.vendor != "postgresql":
+        rows_of = Decision.objects.filter(task__in=list(decided)).order_by("created_at", "id")
+        for task_id, truth, scope in rows_of.values_list("task_id", "ground_truth", "scope"):
+            decided[task_id].append((truth, scope))
         return {run.pk: (nodes_for(run), world_for(run)) for run in runs}
     rows: dict[tuple[str, int], list[list[Any]]] = {}
     with connection.cursor() as cursor:
         cursor.execute(
             FACTS_SQL,
-            {"runs": sorted({r.pk for r in runs}), "fleets": sorted({r.fleet_id for r in runs})},
+            {
+                "runs": sorted({r.pk for r in runs}),
+                "fleets": sorted({r.fleet_id for r in runs}),
+                "decided": sorted(decided),
+            },
         )
         for kind, owner, values in cursor.fetchall():
             if isinstance(values, str):
                 values = json.loads(values)
             rows.setdefault((kind, owner), []).append(values)
+    for task_id in decided:
+        for _, _, truth, scope in sorted(rows.get(("d", task_id), []), key=lambda r: r[:2]):
+            decided[task_id].append((truth, scope))
     facts = {}
     for run in runs:
         edges: dict[int, list[str]] = {}

@@ -58,7 +58,6 @@ def refuse_unless_answerable(
         )
 
 
-@transaction.atomic
 def escalation_answer(
     *, escalation: Escalation, reviewer: Any, text: str, option: str | None = None
 ) -> Answered:
@@ -66,12 +65,31 @@ def escalation_answer(
 
     One transaction, one call into the work; the frontier recompute and the notifications go out
     after its commit (`task.reframed` first). One answer per escalation: whoever comes second
-    gets `AlreadyActed` naming who answered and when. On PostgreSQL its writes are one
-    statement (`fleet.together`), whatever the number of tasks the answer releases.
+    gets `AlreadyActed` naming who answered and when. On PostgreSQL it is seven statements
+    (`answering`), whatever the number of tasks the answer releases; a task that joins the
+    escalation while its tasks are locked has the transaction taken again.
     """
+    for _ in range(10):
+        try:
+            with transaction.atomic():
+                return answering(escalation_id=escalation.pk, reviewer=reviewer, text=text,
+                                 option=option)  # fmt: skip
+        except JoinsChanged:
+            continue
+        except IntegrityError:
+            if not Answer.objects.filter(escalation_id=escalation.pk).exists():
+                raise
+            escalation.refresh_from_db()
+            raise AlreadyActed(escalation) from None
+    raise Refusal("Tasks keep joining this escalation: answer it again in a moment.", status=409)
+
+
+def answering(*, escalation_id: int, reviewer: Any, text: str, option: str | None) -> Answered:
+    """The answer's transaction: the locks (four statements), the run's facts and the tasks'
+    decisions (one), every write (one: `fleet.together`)."""
     text, option = text.strip(), (option or "").strip()
     now = timezone.now()
-    run, task, escalation, joined = lock_for_answer(escalation.pk)
+    run, task, escalation, joined = locked_for_answer(escalation_id)
     refuse_unless_open(escalation, reviewer, now)
     refuse_unless_answerable(run, task, escalation, text=text, option=option)
     answer_text = answer_text_of(text, option)
@@ -154,28 +172,20 @@ def escalation_answer(
     )
     deliveries = done.deliveries + [n for n in notices if n is not None]
     leaving = JoinedTask.objects.filter(pk__in=[row.pk for row in answering])
-    try:
-        with transaction.atomic():
-            together(
-                answer_insert := Insert([answer]),
-                closing(escalation, reviewer, Escalation.Status.ANSWERED, now),
-                Update(
-                    leaving,
-                    {
-                        "left_at": now,
-                        "left": JoinedTask.Left.ANSWERED,
-                        "note": f"answered by {user} with {task.key}",
-                    },
-                ),
-                *done.writes,
-                Insert(deliveries),
-            )
-    except IntegrityError:
-        if not Answer.objects.filter(escalation_id=escalation.pk).exists():
-            raise
-        escalation.refresh_from_db()
-        raise AlreadyActed(escalation) from None
-    assert answer_insert.objs[0].pk is not None
+    together(  # an answer already there (never, under the lock) is an IntegrityError
+        Insert([answer]),
+        closing(escalation, reviewer, Escalation.Status.ANSWERED, now),
+        Update(
+            leaving,
+            {
+                "left_at": now,
+                "left": JoinedTask.Left.ANSWERED,
+                "note": f"answered by {user} with {task.key}",
+            },
+        ),
+        *done.writes,
+        Insert(deliveries),
+    )
     send_after_commit(deliveries)  # task.reframed first: the agent waits for it
     scheduler.recompute_after_commit(done.runs)
     return Answered(answer=answer, released=released, blockers=reframed.blockers)
@@ -185,24 +195,13 @@ class JoinsChanged(Exception):
     """A task joined (or left) between reading the escalation's tasks and locking them."""
 
 
-def lock_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[JoinedTask]]:
+def locked_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[JoinedTask]]:
     """Every run, then every task waiting on the escalation (its own and the joined ones), then
     the escalation: the order the work and the desk lock in, so an answer and a join (or a
-    split) wait for each other instead of deadlocking. A join that slips in between the locks
-    rolls them back and they are taken again."""
-    for _ in range(10):
-        try:
-            with transaction.atomic():
-                return locked_for_answer(escalation_id)
-        except JoinsChanged:
-            continue
-    raise Refusal("Tasks keep joining this escalation: answer it again in a moment.", status=409)
-
-
-def locked_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[JoinedTask]]:
-    """Four statements: the runs and the tasks (found by subqueries on the escalation and its
-    joined tasks), the escalation, then its joined tasks read again, after its lock: any task
-    that joined meanwhile must be among those locked."""
+    split) wait for each other instead of deadlocking. Four statements: the runs and the tasks
+    (found by subqueries on the escalation and its joined tasks), the escalation, then its
+    joined tasks read again after its lock: a task that joined meanwhile and is not among those
+    locked raises `JoinsChanged` (the caller takes the transaction again)."""
     own = Escalation.objects.filter(pk=escalation_id)
     waiting = JoinedTask.objects.filter(escalation_id=escalation_id, left_at__isnull=True)
     runs = {

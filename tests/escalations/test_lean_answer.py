@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from escalations.models import Escalation
 from escalations.services import escalation_answer
 from fleet.models import Delivery
+from runs.context import next_attempt
 from runs.models import Task
 from tests.conftest import REFUSED_CALLBACK, on_postgres
 from tests.escalations.desk import Desk
@@ -59,6 +60,12 @@ def test_a_plain_answer_costs_at_most_twelve_statements(wide, alice):
         "task.reframed",
         "escalation.answered",
     }
+    # task.reframed carries the whole context of the next attempt, as the context API gives it.
+    task = Task.objects.get(run__key="wide", key="plan")
+    data = Delivery.objects.get(type="task.reframed").payload["data"]
+    context = next_attempt(task)
+    assert (data["ground_truth"], data["scope"]) == (context["ground_truth"], context["scope"])
+    assert data["ground_truth"][-1]["answer"] == "Use the threshold"
 
 
 def answer_shared(desk: Desk, alice, prefix: str, joined: int) -> list[str]:
