@@ -75,8 +75,11 @@ def prepared(
 
 
 def send_after_commit(deliveries: list[Delivery]) -> None:
-    """Each saved delivery is sent by a worker once the transaction commits, in this order."""
-    if _held.get():
+    """The saved deliveries are sent once the transaction commits, by one worker in this order:
+    one message, the first of them the first thing it does (a retry goes on its own)."""
+    if _held.get() or not deliveries:
         return
-    for delivery in deliveries:
-        after_commit(tasks.deliver, delivery.pk)
+    if len(deliveries) == 1:
+        after_commit(tasks.deliver, deliveries[0].pk)
+    else:
+        after_commit(tasks.deliver_all, [d.pk for d in deliveries])

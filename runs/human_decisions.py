@@ -7,8 +7,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, OuterRef, QuerySet, Subquery
-
 from fleet.models import Agent, Delivery
 from fleet.outbox import notify, prepared
 from fleet.together import Insert, Inserted, Update
@@ -258,22 +256,6 @@ class AnswerWrites:
     runs: list[int]  # whose frontier to recompute after commit (`scheduler.recompute_after_commit`)
 
 
-def for_answer(tasks: QuerySet[Task]) -> QuerySet[Task]:
-    """The tasks with what reframing them reads: the latest attempt, whether a decision waits,
-    whether a refuted claim of theirs may be superseded."""
-    latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
-    return tasks.annotate(
-        latest_attempt_id=Subquery(latest.values("pk")[:1]),
-        latest_attempt_number=Subquery(latest.values("number")[:1]),
-        unsettled=Exists(Decision.objects.filter(task=OuterRef("pk"), acted_at__isnull=True)),
-        refuted=Exists(
-            Claim.objects.filter(
-                task=OuterRef("pk"), status=Claim.Status.REFUTED, load_bearing=True
-            )
-        ),
-    )
-
-
 def reframe_by_answer(
     *,
     tasks: Sequence[ToReframe],
@@ -289,22 +271,22 @@ def reframe_by_answer(
     with the whole next-attempt context; per run, one frontier change."""
     who = f"reviewer:{reviewer}"
     payload = {"question": "", "answer": answer, "escalation": escalation}
-    for item in tasks:  # rare: the answer takes the place of refuted claims others consume
-        if getattr(item.task, "refuted", True):
-            supersede_refuted(
-                task=item.task,
-                statement=answer,
-                evidence={
-                    "source": who,
-                    "payload_hash": payload_hash({**payload, "question": item.question}),
-                    "payload": {**payload, "question": item.question},
-                },
-                at=at,
-            )
-    decided: scheduler.Decided = {item.task.pk: [] for item in tasks}
     runs = list({item.run.pk: item.run for item in tasks}.values())
+    decided = {item.task.pk: scheduler.History() for item in tasks}
     facts = scheduler.facts_for(runs, decided=decided)
-    prior = {task_id: accumulated(found) for task_id, found in decided.items()}
+    refuted = [item for item in tasks if decided[item.task.pk].refuted]
+    for item in refuted:  # rare: the answer takes the place of refuted claims others consume
+        asked = {**payload, "question": item.question}
+        supersede_refuted(
+            task=item.task,
+            statement=answer,
+            evidence={"source": who, "payload_hash": payload_hash(asked), "payload": asked},
+            at=at,
+        )
+    if refuted:  # the claims changed: read the facts again
+        decided = {item.task.pk: scheduler.History() for item in tasks}
+        facts = scheduler.facts_for(runs, decided=decided)
+    prior = {task_id: accumulated(found.decisions) for task_id, found in decided.items()}
     writes: list[Insert | Update] = []
     decisions, deliveries, claimed = (
         [],
@@ -338,8 +320,9 @@ def reframe_by_answer(
             "kind": HUMAN_ANSWER, "source": who, "question": item.question, "answer": answer,
             "claim": key, "escalation": escalation, "payload_hash": evidence.payload_hash,
         }  # fmt: skip
+        attempt = decided[task.pk].attempt  # (id, number) of its latest
         decision = Decision(
-            run=run, task=task, attempt_id=getattr(task, "latest_attempt_id", None), action=Decision.Action.REFRAME,
+            run=run, task=task, attempt_id=attempt[0] if attempt else None, action=Decision.Action.REFRAME,
             reason=(
                 f"Reframe: {reviewer} answered escalation {escalation} "
                 f"({item.question}): {answer}. The next attempt gets the answer as ground truth."
@@ -347,7 +330,7 @@ def reframe_by_answer(
             ground_truth=[truth], created_at=at, acted_at=at,
         )  # fmt: skip
         decisions.append(decision)
-        if getattr(item.task, "unsettled", True):
+        if decided[task.pk].unsettled:
             writes.append(
                 Update(Decision.objects.filter(task=task, acted_at__isnull=True), {"acted_at": at})
             )
@@ -370,7 +353,7 @@ def reframe_by_answer(
                 "run": run.key,
                 "task": task.key,
                 "agent": task.agent.name,
-                "attempt": getattr(task, "latest_attempt_number", None) or 0,
+                "attempt": attempt[1] if attempt else 0,
                 "reason": decision.reason,
                 "ground_truth": truths,
                 "scope": scope,

@@ -462,19 +462,35 @@ SELECT 'o', t.run_id, json_build_array(t.key, o.code, extract(epoch FROM o.place
   FROM runs_hold o JOIN runs_task t ON t.id = o.task_id
   WHERE t.run_id = ANY(%(runs)s) AND o.lifted_at IS NULL
 UNION ALL
-SELECT 'c', c.run_id, json_build_array(c.key, c.status, c.load_bearing, t.key, c.superseded)
+SELECT 'c', c.run_id, json_build_array(c.key, c.status, c.load_bearing, t.key, c.superseded,
+    c.task_id)
   FROM runs_claim c JOIN runs_task t ON t.id = c.task_id WHERE c.run_id = ANY(%(runs)s)
 UNION ALL
 SELECT 'f', f.fleet_id, json_build_array(f.name, f.status, f.role)
   FROM fleet_capability f WHERE f.fleet_id = ANY(%(fleets)s)
 UNION ALL
 SELECT 'd', d.task_id, json_build_array(extract(epoch FROM d.created_at), d.id, d.ground_truth,
-    d.scope)
+    d.scope, d.acted_at IS NULL)
   FROM runs_decision d WHERE d.task_id = ANY(%(decided)s)
+UNION ALL
+(SELECT DISTINCT ON (a.task_id) 'a', a.task_id, json_build_array(a.id, a.number)
+  FROM runs_attempt a WHERE a.task_id = ANY(%(decided)s) ORDER BY a.task_id, a.number DESC)
 """
 
-# A task's decisions, oldest first: (ground truth, scope) each.
-Decided = dict[int, list[tuple[list[Any], str]]]
+
+@dataclass
+class History:
+    """What a task's next decision reads of its past: its decisions, oldest first (ground
+    truth and scope each), whether one still waits to be acted on, its latest attempt, and
+    whether it posted a load-bearing claim that was refuted."""
+
+    decisions: list[tuple[list[Any], str]] = field(default_factory=list)
+    unsettled: bool = False
+    attempt: tuple[int, int] | None = None  # (id, number)
+    refuted: bool = False
+
+
+Decided = dict[int, History]  # task id -> its history
 
 
 def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[int, Facts]:
@@ -483,9 +499,23 @@ def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[in
     task ids, is filled with those tasks' decisions (read with the rest)."""
     decided = {} if decided is None else decided
     if connection.vendor != "postgresql":
-        rows_of = Decision.objects.filter(task__in=list(decided)).order_by("created_at", "id")
-        for task_id, truth, scope in rows_of.values_list("task_id", "ground_truth", "scope"):
-            decided[task_id].append((truth, scope))
+        ids = list(decided)
+        rows_of = Decision.objects.filter(task__in=ids).order_by("created_at", "id")
+        for task_id, truth, scope, acted in rows_of.values_list(
+            "task_id", "ground_truth", "scope", "acted_at"
+        ):
+            decided[task_id].decisions.append((truth, scope))
+            decided[task_id].unsettled |= acted is None
+        for task_id, pk, number in (
+            Attempt.objects.filter(task__in=ids)
+            .order_by("task_id", "number")
+            .values_list("task_id", "pk", "number")
+        ):
+            decided[task_id].attempt = (pk, number)
+        for task_id in Claim.objects.filter(
+            task__in=ids, status=Claim.Status.REFUTED, load_bearing=True
+        ).values_list("task_id", flat=True):
+            decided[task_id].refuted = True
         return {run.pk: (nodes_for(run), world_for(run)) for run in runs}
     rows: dict[tuple[str, int], list[list[Any]]] = {}
     with connection.cursor() as cursor:
@@ -501,9 +531,16 @@ def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[in
             if isinstance(values, str):
                 values = json.loads(values)
             rows.setdefault((kind, owner), []).append(values)
-    for task_id in decided:
-        for _, _, truth, scope in sorted(rows.get(("d", task_id), []), key=lambda r: r[:2]):
-            decided[task_id].append((truth, scope))
+    for task_id, history in decided.items():
+        for _, _, truth, scope, waits in sorted(rows.get(("d", task_id), []), key=lambda r: r[:2]):
+            history.decisions.append((truth, scope))
+            history.unsettled |= waits
+        for pk, number in rows.get(("a", task_id), []):
+            history.attempt = (pk, number)
+    for run in runs:
+        for _, status, load_bearing, _, _, task_id in rows.get(("c", run.pk), []):
+            if task_id in decided and status == Claim.Status.REFUTED and load_bearing:
+                decided[task_id].refuted = True
     facts = {}
     for run in runs:
         edges: dict[int, list[str]] = {}
@@ -553,7 +590,9 @@ def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[in
                     load_bearing=load_bearing,
                     producer=None if superseded else producer,
                 )
-                for key, status, load_bearing, producer, superseded in rows.get(("c", run.pk), [])
+                for key, status, load_bearing, producer, superseded, _ in rows.get(
+                    ("c", run.pk), []
+                )
             },
             escalations={key: ids for key, ids in escalations.items() if ids},
             policy=run.policy,

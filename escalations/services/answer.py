@@ -213,12 +213,10 @@ def locked_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[J
     }
     tasks = {
         t.pk: t
-        for t in human_decisions.for_answer(
-            Task.objects.select_for_update(of=("self",))
-            .select_related("agent")
-            .filter(Q(pk__in=own.values("task_id")) | Q(pk__in=waiting.values("task_id")))
-            .order_by("pk")
-        )
+        for t in Task.objects.select_for_update(of=("self",))
+        .select_related("agent")
+        .filter(Q(pk__in=own.values("task_id")) | Q(pk__in=waiting.values("task_id")))
+        .order_by("pk")
     }
     escalation = (
         Escalation.objects.select_for_update(of=("self",))
