@@ -11,9 +11,8 @@ from fleet.models import Agent, Delivery
 from fleet.outbox import notify, prepared
 from fleet.together import Insert, Inserted, Update
 from runs import frontier, holds, policy, release, scheduler, task_state
-from runs.claims.by_hand import answered, supersede_refuted
+from runs.claims.by_hand import supersede_refuted
 from runs.claims.hashing import HUMAN_ANSWER, payload_hash
-from runs.context import next_attempt
 from runs.models import (
     Attempt,
     Blocker,
@@ -47,97 +46,6 @@ def latest_attempt(task: Task) -> Attempt | None:
 def settle_decisions(task: Task, now: datetime) -> None:
     # A person's decision replaces any earlier one still waiting (a retry not yet due).
     Decision.objects.filter(task=task, acted_at__isnull=True).update(acted_at=now)
-
-
-def answer_reframe(
-    *,
-    run: Run,
-    task: Task,
-    hold: str,
-    escalation: int,
-    reviewer: str,
-    question: str,
-    answer: str,
-    at: datetime,
-    claim_key: str = "",
-) -> Reframed:
-    """A reviewer's answer: a verified claim, ground truth for a reframed next attempt.
-
-    The answer replaces the task's refuted claims that others consume, the hold is lifted, and
-    `task.reframed` goes out (after commit) with the whole next-attempt context.
-    """
-    who = f"reviewer:{reviewer}"
-    payload = {"question": question, "answer": answer, "escalation": escalation}
-    evidence = answered(
-        run_id=run.pk,
-        task=task,
-        key=claim_key or f"answer.escalation-{escalation}",
-        statement=f"{question} — {answer}",
-        reason=f"verified: answered by {reviewer}, a reviewer",
-        who=who,
-        payload=payload,
-        at=at,
-    )
-    truth = {
-        "kind": HUMAN_ANSWER,
-        "source": who,
-        "question": question,
-        "answer": answer,
-        "claim": evidence.claim.key,
-        "escalation": escalation,
-        "payload_hash": evidence.payload_hash,
-    }
-    attempt = latest_attempt(task)
-    settle_decisions(task, at)
-    decision = Decision.objects.create(
-        run=run,
-        task=task,
-        attempt=attempt,
-        action=Decision.Action.REFRAME,
-        reason=(
-            f"Reframe: {reviewer} answered escalation {escalation} "
-            f"({question}): {answer}. The next attempt gets the answer as ground truth."
-        ),
-        ground_truth=[truth],
-        created_at=at,
-        acted_at=at,
-    )
-    task_state.back_to_pending(task)
-    holds.lift(run=run, codes=[hold], at=at, task=task)
-    # The answer is the truth the task's refuted claims lacked: it takes their place.
-    supersede_refuted(
-        task=task,
-        statement=answer,
-        evidence={"source": who, "payload_hash": evidence.payload_hash, "payload": payload},
-        at=at,
-    )
-    nodes, world = scheduler.nodes_for(run), scheduler.world_for(run)
-    released = release.released_by(nodes, world, task.key)
-    blockers = list(frontier.frontier(nodes, world).deferred.get(task.key, ()))
-    notify_reframed(run, task, attempt, decision, escalation)
-    scheduler.mark_changed(run, released)
-    return Reframed(decision=decision, released=released, blockers=blockers)
-
-
-def notify_reframed(
-    run: Run, task: Task, attempt: Attempt | None, decision: Decision, escalation: int
-) -> None:
-    """`task.reframed`, with the whole context of the next attempt (all its ground truth)."""
-    context = next_attempt(task)
-    notify(
-        run.fleet,
-        "task.reframed",
-        {
-            "run": run.key,
-            "task": task.key,
-            "agent": task.agent.name,
-            "attempt": attempt.number if attempt else 0,
-            "reason": decision.reason,
-            "ground_truth": context["ground_truth"],
-            "scope": context["scope"],
-            "escalation": escalation,
-        },
-    )
 
 
 def person_reroute(
@@ -265,10 +173,14 @@ def reframe_by_answer(
     answer: str,
     at: datetime,
 ) -> AnswerWrites:
-    """`answer_reframe` for every task an answer reframes, its writes gathered (the caller
-    writes them together): per task, a verified claim with its evidence, a reframe decision
-    with the answer as ground truth, the task pending again, the hold lifted and `task.reframed`
-    with the whole next-attempt context; per run, one frontier change."""
+    """A reviewer's answer, for every task it reframes: per task, a verified claim with its
+    `human_answer` evidence (ground truth for a reframed next attempt), a reframe decision (any
+    decision still waiting is settled), the task pending again, its hold lifted and its
+    blockers under it cleared, and `task.reframed` with the whole context of the next attempt;
+    the answer replaces the task's refuted claims that others consume; per run, one frontier
+    change. The writes are gathered for the caller to write with its own (`fleet.together`);
+    the run's facts are read in one statement and the frontier computed as it is once the
+    answer is in."""
     who = f"reviewer:{reviewer}"
     payload = {"question": "", "answer": answer, "escalation": escalation}
     runs = list({item.run.pk: item.run for item in tasks}.values())

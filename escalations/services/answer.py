@@ -65,7 +65,7 @@ def escalation_answer(
 
     One transaction, one call into the work; the frontier recompute and the notifications go out
     after its commit (`task.reframed` first). One answer per escalation: whoever comes second
-    gets `AlreadyActed` naming who answered and when. On PostgreSQL it is seven statements
+    gets `AlreadyActed` naming who answered and when. On PostgreSQL it is six statements
     (`answering`), whatever the number of tasks the answer releases; a task that joins the
     escalation while its tasks are locked has the transaction taken again.
     """
@@ -96,7 +96,7 @@ def answering(*, escalation_id: int, reviewer: Any, text: str, option: str | Non
     user = reviewer.get_username()
     question = question_of(escalation) or escalation.reason
     items = [human_decisions.ToReframe(run=run, task=task, question=question)]
-    answering = []
+    answered_rows = []
     for row in joined:
         its_task, its_run = row.task, row.task.run
         if its_run.state != Run.State.RUNNING or its_task.state != Task.State.ESCALATED:
@@ -111,7 +111,7 @@ def answering(*, escalation_id: int, reviewer: Any, text: str, option: str | Non
             escalation
         )
         items.append(human_decisions.ToReframe(run=its_run, task=its_task, question=asked))
-        answering.append(row)
+        answered_rows.append(row)
     done = human_decisions.reframe_by_answer(
         tasks=items,
         hold=hold_of(escalation),
@@ -171,7 +171,7 @@ def answering(*, escalation_id: int, reviewer: Any, text: str, option: str | Non
         released=released,
     )
     deliveries = done.deliveries + [n for n in notices if n is not None]
-    leaving = JoinedTask.objects.filter(pk__in=[row.pk for row in answering])
+    leaving = JoinedTask.objects.filter(pk__in=[row.pk for row in answered_rows])
     together(  # an answer already there (never, under the lock) is an IntegrityError
         Insert([answer]),
         closing(escalation, reviewer, Escalation.Status.ANSWERED, now),
