@@ -2,8 +2,9 @@
 
 A delivery is sent at least once and always under its own webhook-id, so a receiver that
 dedupes on it sees each notification once. The send is leased, not locked: the row is claimed
-in one short transaction (next_attempt_at moves past the request's timeout), the request runs
-outside any transaction, and its result is written in another. A worker that dies in the middle
+in one short transaction (on PostgreSQL one statement; next_attempt_at moves past the
+request's timeout), the request runs outside any transaction, and its result is written in
+another. A worker that dies in the middle
 leaves the delivery due again once the lease runs out, and the reconciler sends it.
 """
 
@@ -18,7 +19,7 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from fleet import signing, tasks
@@ -85,9 +86,51 @@ def retry_after(headers: httpx.Headers, now: datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
+# The lease of a delivery that is due, in one statement (committed on its own): the first thing
+# a worker does for a notification is to send it, with no transaction around a lock first.
+LEASE_SQL = """
+UPDATE fleet_delivery d SET attempts = d.attempts + 1, next_attempt_at = %(lease)s
+  FROM fleet_fleet f
+ WHERE d.id = (SELECT id FROM fleet_delivery WHERE id = %(id)s AND status = %(pending)s
+                  AND next_attempt_at <= %(now)s FOR UPDATE SKIP LOCKED)
+   AND f.id = d.fleet_id AND f.callback_url <> '' AND f.callback_disabled_at IS NULL
+RETURNING d.attempts, f.callback_url, f.callback_secret, d.webhook_id, d.payload
+"""
+
+
+def leased(delivery_id: int, timeout: float) -> tuple[int, str, str, str, object] | None:
+    """On PostgreSQL, the common case at once: a pending delivery that is due, not being sent
+    and whose fleet has a callback is leased (its try counted); None for anything else."""
+    if connection.vendor != "postgresql":
+        return None
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            LEASE_SQL,
+            {
+                "id": delivery_id,
+                "pending": Delivery.Status.PENDING,
+                "now": now,
+                "lease": now + timedelta(seconds=lease_s(timeout)),
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    number, url, secret, webhook_id, payload = row
+    if isinstance(payload, str):
+        payload = json.loads(payload)
+    return number, url, secret, webhook_id, payload
+
+
 def send(delivery_id: int, *, timeout: float | None = None) -> str:
     """Attempt one delivery if it is due; returns its status afterwards ("skipped", "not due")."""
     timeout = timeout_s() if timeout is None else timeout
+    lease = leased(delivery_id, timeout)
+    if lease is not None:
+        number, url, secret, webhook_id, payload = lease
+        response = post(url, secret, webhook_id=webhook_id, payload=payload, timeout=timeout)
+        return record(delivery_id, number, response)
     with transaction.atomic():
         delivery = (
             Delivery.objects.select_for_update(skip_locked=True, of=("self",))

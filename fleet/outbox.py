@@ -48,17 +48,38 @@ def notify(
     fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None
 ) -> Delivery | None:
     """Record a notification for the fleet's callback; nothing to record without one."""
+    delivery = prepared(fleet, type, data, at=at)
+    if delivery is None:
+        return None
+    delivery.save(force_insert=True)
+    send_after_commit([delivery])
+    return delivery
+
+
+def prepared(
+    fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None
+) -> Delivery | None:
+    """The notification `notify` records, unsaved: for a caller that writes it with its other
+    writes (then `send_after_commit`)."""
     assert type in EVENT_TYPES, type
     if not fleet.callback_url or fleet.callback_disabled_at:
         return None
     now = timezone.now()
-    delivery = Delivery.objects.create(
+    return Delivery(
         fleet=fleet,
         webhook_id=f"msg_{uuid.uuid4().hex}",
         type=type,
         payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
         next_attempt_at=now,
     )
-    if not _held.get():
-        after_commit(tasks.deliver, delivery.pk)
-    return delivery
+
+
+def send_after_commit(deliveries: list[Delivery]) -> None:
+    """The saved deliveries are sent once the transaction commits, by one worker in this order:
+    one message, the first of them the first thing it does (a retry goes on its own)."""
+    if _held.get() or not deliveries:
+        return
+    if len(deliveries) == 1:
+        after_commit(tasks.deliver, deliveries[0].pk)
+    else:
+        after_commit(tasks.deliver_all, [d.pk for d in deliveries])

@@ -18,6 +18,12 @@ def deliver(delivery_id: int) -> str:
 
 
 @shared_task(acks_late=True)
+def deliver_all(delivery_ids: list[int]) -> list[str]:
+    """Several deliveries one after the other, in the order given (one message for all)."""
+    return [deliveries.send(delivery_id) for delivery_id in delivery_ids]
+
+
+@shared_task(acks_late=True)
 def reconcile() -> dict[str, int]:
     """PostgreSQL is the truth: find work whose message may have been lost and enqueue it again.
 

@@ -1,5 +1,7 @@
 """What a change releases: the work downstream of a task, and which of it the frontier now lets go."""
 
+from collections.abc import Iterable
+
 from runs.frontier import UNFINISHED, TaskNode, World, dependants, frontier
 
 __all__ = ["UNFINISHED", "downstream", "released_by"]
@@ -19,7 +21,9 @@ def downstream(nodes: dict[str, TaskNode], key: str) -> list[str]:
     return list(seen)
 
 
-def released_by(nodes: dict[str, TaskNode], world: World, key: str) -> list[str]:
+def released_by(
+    nodes: dict[str, TaskNode], world: World, key: str, *, ready: Iterable[str] | None = None
+) -> list[str]:
     """What an answer releases: the tasks it makes ready, the answered task first.
 
     `nodes` and `world` as they are once the answer is in (the task pending again, its hold

@@ -1,5 +1,6 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -455,3 +456,173 @@ def settle(run: Run) -> None:
         )
         if not run.imported:  # a past run's outcome is history, not news for the agents
             notify(run.fleet, "run.succeeded", {"run": run.key})
+
+
+Facts = tuple[dict[str, rule.TaskNode], rule.World]
+
+FACTS_SQL = """
+SELECT 't', t.run_id, json_build_array(t.id, t.key, t.state, t.capabilities, t.reads_state_of,
+    t.effect, t.dependency_confidence, t."transaction", t.consumes, t.consumes_declared, t.checks,
+    t.weight, t.released)
+  FROM runs_task t WHERE t.run_id = ANY(%(runs)s)
+UNION ALL
+SELECT 'p', t.run_id, json_build_array(p.task_id, p.id, r.key)
+  FROM runs_prerequisite p JOIN runs_task t ON t.id = p.task_id JOIN runs_task r ON r.id = p.requires_id
+  WHERE t.run_id = ANY(%(runs)s)
+UNION ALL
+SELECT 'h', t.run_id, json_build_array(h.task_id, h.id, h.key)
+  FROM runs_halt h JOIN runs_task t ON t.id = h.task_id
+  WHERE t.run_id = ANY(%(runs)s) AND h.settled_at IS NULL
+UNION ALL
+SELECT 'o', t.run_id, json_build_array(t.key, o.code, extract(epoch FROM o.placed_at), o.id)
+  FROM runs_hold o JOIN runs_task t ON t.id = o.task_id
+  WHERE t.run_id = ANY(%(runs)s) AND o.lifted_at IS NULL
+UNION ALL
+SELECT 'c', c.run_id, json_build_array(c.key, c.status, c.load_bearing, t.key, c.superseded,
+    c.task_id)
+  FROM runs_claim c JOIN runs_task t ON t.id = c.task_id WHERE c.run_id = ANY(%(runs)s)
+UNION ALL
+SELECT 'f', f.fleet_id, json_build_array(f.name, f.status, f.role)
+  FROM fleet_capability f WHERE f.fleet_id = ANY(%(fleets)s)
+UNION ALL
+SELECT 'd', d.task_id, json_build_array(extract(epoch FROM d.created_at), d.id, d.ground_truth,
+    d.scope, d.acted_at IS NULL)
+  FROM runs_decision d WHERE d.task_id = ANY(%(decided)s)
+UNION ALL
+(SELECT DISTINCT ON (a.task_id) 'a', a.task_id, json_build_array(a.id, a.number)
+  FROM runs_attempt a WHERE a.task_id = ANY(%(decided)s) ORDER BY a.task_id, a.number DESC)
+"""
+
+
+@dataclass
+class History:
+    """What a task's next decision reads of its past: its decisions, oldest first (ground
+    truth and scope each), whether one still waits to be acted on, its latest attempt, and
+    whether it posted a load-bearing claim that was refuted."""
+
+    decisions: list[tuple[list[Any], str]] = field(default_factory=list)
+    unsettled: bool = False
+    attempt: tuple[int, int] | None = None  # (id, number)
+    refuted: bool = False
+
+
+Decided = dict[int, History]  # task id -> its history
+
+
+def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[int, Facts]:
+    """Each run's tasks and world as the frontier rule sees them (`nodes_for`, `world_for`):
+    on PostgreSQL in one statement for all the runs, elsewhere run by run. `decided`, keyed by
+    task ids, is filled with those tasks' decisions (read with the rest)."""
+    decided = {} if decided is None else decided
+    if connection.vendor != "postgresql":
+        ids = list(decided)
+        rows_of = Decision.objects.filter(task__in=ids).order_by("created_at", "id")
+        for task_id, truth, scope, acted in rows_of.values_list(
+            "task_id", "ground_truth", "scope", "acted_at"
+        ):
+            decided[task_id].decisions.append((truth, scope))
+            decided[task_id].unsettled |= acted is None
+        for task_id, pk, number in (
+            Attempt.objects.filter(task__in=ids)
+            .order_by("task_id", "number")
+            .values_list("task_id", "pk", "number")
+        ):
+            decided[task_id].attempt = (pk, number)
+        for task_id in Claim.objects.filter(
+            task__in=ids, status=Claim.Status.REFUTED, load_bearing=True
+        ).values_list("task_id", flat=True):
+            decided[task_id].refuted = True
+        return {run.pk: (nodes_for(run), world_for(run)) for run in runs}
+    rows: dict[tuple[str, int], list[list[Any]]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            FACTS_SQL,
+            {
+                "runs": sorted({r.pk for r in runs}),
+                "fleets": sorted({r.fleet_id for r in runs}),
+                "decided": sorted(decided),
+            },
+        )
+        for kind, owner, values in cursor.fetchall():
+            if isinstance(values, str):
+                values = json.loads(values)
+            rows.setdefault((kind, owner), []).append(values)
+    for task_id, history in decided.items():
+        for _, _, truth, scope, waits in sorted(rows.get(("d", task_id), []), key=lambda r: r[:2]):
+            history.decisions.append((truth, scope))
+            history.unsettled |= waits
+        for pk, number in rows.get(("a", task_id), []):
+            history.attempt = (pk, number)
+    for run in runs:
+        for _, status, load_bearing, _, _, task_id in rows.get(("c", run.pk), []):
+            if task_id in decided and status == Claim.Status.REFUTED and load_bearing:
+                decided[task_id].refuted = True
+    facts = {}
+    for run in runs:
+        edges: dict[int, list[str]] = {}
+        for task_id, _, key in sorted(rows.get(("p", run.pk), []), key=lambda r: (r[0], r[1])):
+            edges.setdefault(task_id, []).append(key)
+        halted: dict[int, list[str]] = {}
+        for task_id, _, claim in rows.get(("h", run.pk), []):
+            halted.setdefault(task_id, []).append(claim)
+        nodes = {}
+        for row in sorted(rows.get(("t", run.pk), []), key=lambda r: r[0]):
+            (pk, key, state, capabilities, reads, effect, confidence, group, consumes,
+             declared, checks, weight, released) = row  # fmt: skip
+            nodes[key] = rule.TaskNode(
+                key=key,
+                state=state,
+                prerequisites=tuple(edges.get(pk, ())),
+                capabilities=tuple(capabilities),
+                reads_state_of=tuple(reads),
+                effect=effect,
+                dependency_confidence=confidence,
+                transaction=group or None,
+                consumes=tuple(dict.fromkeys(consumes)),
+                weight=weight,
+                released=released,
+                implicit=not declared,
+                checks=tuple(checks),
+                halted_on=tuple(sorted(halted.get(pk, ()))),
+            )
+        held: dict[str, list[str]] = {}
+        for key, code, _, _ in sorted(rows.get(("o", run.pk), []), key=lambda r: (r[2], r[3])):
+            held.setdefault(key, []).append(code)
+        escalations = {
+            key: tuple(c.removeprefix(ESCALATION) for c in codes if c.startswith(ESCALATION))
+            for key, codes in held.items()
+        }
+        capabilities = rows.get(("f", run.fleet_id), [])
+        world = rule.World(
+            down=frozenset(n for n, status, _ in capabilities if status == Capability.Status.DOWN),
+            unknown=frozenset(
+                n for n, status, _ in capabilities if status == Capability.Status.UNKNOWN
+            ),
+            stop_unnamed_roles=run.fleet.unnamed_roles_stop,
+            roles={role: n for n, _, role in capabilities if role},
+            claims={
+                key: rule.ClaimView(
+                    status=status,
+                    load_bearing=load_bearing,
+                    producer=None if superseded else producer,
+                )
+                for key, status, load_bearing, producer, superseded, _ in rows.get(
+                    ("c", run.pk), []
+                )
+            },
+            escalations={key: ids for key, ids in escalations.items() if ids},
+            policy=run.policy,
+        )
+        facts[run.pk] = (nodes, world)
+    return facts
+
+
+def change(run: Run, keys: Iterable[str]) -> FrontierChange:
+    """What `mark_changed` stores, unsaved, for a caller that writes it with its other writes
+    and then asks for the recompute (`recompute_after_commit`)."""
+    return FrontierChange(run=run, keys=sorted(set(keys)), capability="", claims=[], may_hold=True)
+
+
+def recompute_after_commit(run_ids: Iterable[int]) -> None:
+    for run_id in run_ids:
+        after_commit(tasks.recompute, run_id, [])

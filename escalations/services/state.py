@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from escalations.models import Escalation, FailurePacket
 from fleet.errors import Refusal
+from fleet.together import Update
 from runs import holds
 from runs.models import Run, Task
 
@@ -103,6 +104,23 @@ def close(escalation: Escalation, reviewer: Any, status: str, now: datetime) -> 
     escalation.save()
     if status == Escalation.Status.RETURNED:
         holds.lift(run=escalation.run_id, codes=[hold_of(escalation)], at=now, clear=False)
+
+
+def closing(escalation: Escalation, reviewer: Any, status: str, now: datetime) -> Update:
+    """`close` (for an answer: no hold lifted here), its write left to the caller, who writes it
+    with its others (`fleet.together`)."""
+    values = {
+        "status": status,
+        "claimed_by": reviewer,
+        "claim_expires_at": None,
+        "acted_at": now,
+        "first_looked_at": escalation.first_looked_at or now,
+    }
+    if status == Escalation.Status.CLOSED:
+        values["closed_at"] = now
+    for name, value in values.items():
+        setattr(escalation, name, value)
+    return Update(Escalation.objects.filter(pk=escalation.pk), values)
 
 
 def refuse_unless_running(run: Run, what: str) -> None:
