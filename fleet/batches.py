@@ -6,7 +6,7 @@ single post of it would get (`{"results": [{"id", "status", "body"}]}`); an id a
 (in an earlier request, or earlier in the same batch) gets its first result again, or a 409 when
 its body differs. The batch is one transaction with a savepoint per event, its event rows one
 insert and each run's frontier one recompute; a stretch of claim.posted and task.finished is
-looked up at once and its common events written with a few bulk statements (runs.together). When a concurrent
+looked up at once and its common events written with a few bulk statements (runs/bulk.py). When a concurrent
 request applied one of its ids first, the batch is applied again event by event.
 """
 
@@ -41,7 +41,7 @@ from fleet.intake import (
 )
 from fleet.models import Agent, Event
 from runs import scheduler
-from runs.together import Together
+from runs.bulk import Stretch
 
 ITEM_FIELDS = ("id", "type", "timestamp", "data")
 TOGETHER = ("claim.posted", "task.finished")  # the events that gate nothing
@@ -154,7 +154,7 @@ def batch_items(raw: object, repeated: Sequence[dict[str, str]]) -> list[Item]:
 def apply_batch(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
     try:
         with transaction.atomic(), scheduler.batched():
-            return _apply_together(agent, items)
+            return _apply_in_bulk(agent, items)
     except IntegrityError:
         # A concurrent request applied one of these ids (or created the same row) first.
         return [result(item, one_by_one(agent, item)) for item in items]
@@ -171,7 +171,7 @@ def one_by_one(agent: Agent, item: Item) -> Reply:
     )
 
 
-def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
+def _apply_in_bulk(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
     """Every event in this transaction; the event rows in one insert at the end, and each
     stretch of events that gate nothing looked up together and its common ones written in bulk."""
     first: dict[str, Event] = {
@@ -180,7 +180,7 @@ def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]
     }
     replies: list[Reply | Event] = []
     fresh: list[Event] = []
-    together: Together | None = None
+    stretch: Stretch | None = None
     for index, item in enumerate(items):
         previous = first.get(item.id)
         if previous is not None:
@@ -189,25 +189,25 @@ def _apply_together(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]
             else:
                 replies.append(replay(previous, item.digest))
             continue
-        if item.raw.get("type") not in TOGETHER and together is not None:
-            together.write()
-            together = None
+        if item.raw.get("type") not in TOGETHER and stretch is not None:
+            stretch.write()
+            stretch = None
         ready = prepare(agent, item.raw, imported=False, repeated=item.repeated, used=lambda: None)
         if isinstance(ready, Reply):
             replies.append(ready)
             continue
         envelope, data, actor = ready
         if envelope.type in TOGETHER:
-            together = together or Together(agent.fleet_id, named(items[index:]))
-            reply = apply_together(together, agent, actor, item, envelope, data)
+            stretch = stretch or Stretch(agent.fleet_id, named(items[index:]))
+            reply = apply_in_stretch(stretch, agent, actor, item, envelope, data)
         else:
             reply = apply_in_batch(agent, item, envelope, data, actor)
         if isinstance(reply, Event):
             first[item.id] = reply
             fresh.append(reply)
         replies.append(reply)
-    if together is not None:
-        together.write()
+    if stretch is not None:
+        stretch.write()
     Event.objects.bulk_create(fresh)
     return [
         result(item, Reply(202, answer(reply)) if isinstance(reply, Event) else reply)
@@ -231,22 +231,22 @@ def named(items: Sequence[Item]) -> list[tuple[str, str, str | None]]:
     return found
 
 
-def apply_together(
-    together: Together, agent: Agent, actor: Agent, item: Item, envelope: Any, data: Any
+def apply_in_stretch(
+    stretch: Stretch, agent: Agent, actor: Agent, item: Item, envelope: Any, data: Any
 ) -> Reply | Event:
     """An event of the stretch: written in bulk when it is the common case, else on its own."""
     received = timezone.now()
     context = Context(sender=agent, actor=actor, at=received)
     handled = (
-        together.post(dispatch.claim_posting(context, data))
+        stretch.post(dispatch.claim_posting(context, data))
         if envelope.type == "claim.posted"
-        else together.finish(dispatch.task_finishing(context, data))
+        else stretch.finish(dispatch.task_finishing(context, data))
     )
     if handled is not None:
         return event_row(agent, item.id, item.digest, envelope, handled, received)
-    together.write()  # the events before it first, as one by one would have
+    stretch.write()  # the events before it first, as one by one would have
     reply = apply_in_batch(agent, item, envelope, data, actor)
-    together.alone(data.run, data.task)
+    stretch.alone(data.run, data.task)
     return reply
 
 

@@ -22,9 +22,9 @@ from fleet.events import (
 )
 from fleet.models import Agent
 from runs import capabilities, declare, task_state
+from runs.bulk import Finishing, Posting
 from runs.claims import posting
 from runs.specs import ArtifactSpec, ClaimSpec, EvidenceSpec, FailureSpec, Outcome, TaskSpec
-from runs.together import Finishing, Posting
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def claim_posted(context: Context, data: ClaimPosted) -> dict[str, Any]:
 
 
 def claim_posting(context: Context, data: ClaimPosted) -> Posting:
-    """A claim.posted of a batch, for `runs.together`."""
+    """A claim.posted of a batch, for `runs.bulk`."""
     return Posting(
         actor=context.actor, at=context.at, run=data.run, task=data.task, claim=claim_spec(data)
     )
@@ -164,7 +164,7 @@ def task_finished(context: Context, data: TaskFinished) -> dict[str, Any]:
 
 
 def task_finishing(context: Context, data: TaskFinished) -> Finishing:
-    """A task.finished of a batch, for `runs.together`."""
+    """A task.finished of a batch, for `runs.bulk`."""
     return Finishing(
         actor=context.actor, at=context.at, run=data.run, task=data.task, outcome=outcome_of(data)
     )

@@ -161,7 +161,9 @@ class AnswerWrites:
     writes: list[Insert | Update]
     deliveries: list[Delivery]
     reframed: list[Reframed]  # in the order of the tasks given
-    runs: list[int]  # whose frontier to recompute after commit (`scheduler.recompute_after_commit`)
+    runs: list[
+        int
+    ]  # whose frontier to recompute after commit (`scheduler.recompute_runs_after_commit`)
 
 
 def reframe_by_answer(

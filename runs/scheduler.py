@@ -619,10 +619,10 @@ def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[in
 
 def change(run: Run, keys: Iterable[str]) -> FrontierChange:
     """What `mark_changed` stores, unsaved, for a caller that writes it with its other writes
-    and then asks for the recompute (`recompute_after_commit`)."""
+    and then asks for the recompute (`recompute_runs_after_commit`)."""
     return FrontierChange(run=run, keys=sorted(set(keys)), capability="", claims=[], may_hold=True)
 
 
-def recompute_after_commit(run_ids: Iterable[int]) -> None:
+def recompute_runs_after_commit(run_ids: Iterable[int]) -> None:
     for run_id in run_ids:
-        after_commit(tasks.recompute, run_id, [])
+        recompute_after_commit(run_id)

@@ -187,7 +187,7 @@ def answering(*, escalation_id: int, reviewer: Any, text: str, option: str | Non
         Insert(deliveries),
     )
     send_after_commit(deliveries)  # task.reframed first: the agent waits for it
-    scheduler.recompute_after_commit(done.runs)
+    scheduler.recompute_runs_after_commit(done.runs)
     return Answered(answer=answer, released=released, blockers=reframed.blockers)
 
 

@@ -1,4 +1,4 @@
-"""The events of a batch that gate nothing, applied together: claims posted and tasks finished.
+"""The events of a batch that gate nothing, applied in bulk: claims posted and tasks finished.
 
 A stretch of a batch's claim.posted and task.finished events is looked up in three queries (the
 tasks it names with their latest attempts, the claim keys it would take, the runs' running
@@ -90,7 +90,7 @@ class Writes:
     artifacts: list[Artifact] = field(default_factory=list)
 
 
-class Together:
+class Stretch:
     """A stretch of a batch's claim.posted and task.finished, looked up at once."""
 
     def __init__(self, fleet_id: int, wanted: Iterable[tuple[str, str, str | None]]) -> None:
