@@ -48,17 +48,34 @@ def notify(
     fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None
 ) -> Delivery | None:
     """Record a notification for the fleet's callback; nothing to record without one."""
+    delivery = notification(fleet, type, data, at=at)
+    if delivery is None:
+        return None
+    delivery.save(force_insert=True)
+    sent(delivery.pk)
+    return delivery
+
+
+def notification(
+    fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None
+) -> Delivery | None:
+    """The notification `notify` records, not written yet (None: the fleet has no callback);
+    a caller that writes it itself calls `sent` with its id."""
     assert type in EVENT_TYPES, type
     if not fleet.callback_url or fleet.callback_disabled_at:
         return None
     now = timezone.now()
-    delivery = Delivery.objects.create(
+    return Delivery(
         fleet=fleet,
         webhook_id=f"msg_{uuid.uuid4().hex}",
         type=type,
         payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
         next_attempt_at=now,
+        created_at=now,
     )
+
+
+def sent(delivery_id: int) -> None:
+    """Send the recorded notification after commit (unless sending is held)."""
     if not _held.get():
-        after_commit(tasks.deliver, delivery.pk)
-    return delivery
+        after_commit(tasks.deliver, delivery_id)

@@ -310,11 +310,13 @@ def finishing_attempt(task: Any, actor: Agent, at: datetime, *, imported: bool) 
 # The decisions' moves: the retry policy, the desk and the reviewers change state only here.
 
 
-def escalated(task: Task) -> None:
-    """A person has the task now (a packet came, or the policy escalated)."""
+def escalated(task: Task, *, saved: bool = False) -> None:
+    """A person has the task now (a packet came, or the policy escalated). `saved`: its row
+    was written already, with the packet's (`escalations.intake_sql`)."""
     task.state = Task.State.ESCALATED
     task.ready = False
-    task.save(update_fields=["state", "ready"])
+    if not saved:
+        task.save(update_fields=["state", "ready"])
 
 
 def back_to_pending(task: Task, *, agent: Agent | None = None) -> None:
