@@ -8,6 +8,7 @@ in the event's transaction.
 """
 
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
@@ -60,7 +61,7 @@ def started_consuming(
             ("use", ClaimUse),
         )
     }
-    params = {
+    params: dict[str, Any] = {
         "task": task.pk,
         "run": task.run_id,
         "at": at,
