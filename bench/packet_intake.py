@@ -89,6 +89,17 @@ def main() -> None:
     if os.environ.get("BENCH_SHOW_SQL"):
         print("\n".join(s[:160] for s in sql[: end + 1]))
 
+    if os.environ.get("BENCH_PROFILE"):
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.enable()
+        for i in range(100, 300):
+            post("packet.submitted", {"run": "r", "task": f"t{i}", "packet": packet(i, f"t{i}")})
+        profile.disable()
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(45)
+        return
     n = 2
     packet_ms: list[float] = []
     claim_ms: list[float] = []

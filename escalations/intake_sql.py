@@ -15,6 +15,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models import BooleanField, CharField, IntegerField
+from django.db.models.expressions import RawSQL
 
 from escalations.models import (
     Assignment,
@@ -26,7 +28,7 @@ from escalations.models import (
     PoolMember,
 )
 from fleet.models import Delivery
-from runs.models import FrontierChange, Hold, Task
+from runs.models import Attempt, FrontierChange, Hold, Task
 
 
 def table(model: Any) -> str:
@@ -112,6 +114,82 @@ def tables() -> dict[str, str]:
         "channel": table(Channel),
         "user": table(get_user_model()),
     }
+
+
+# What a packet needs to know of its task, read with it (`runs.ownership.run_and_task`): plain
+# subqueries on the task's row ("runs_task"), portable to SQLite, cheap to put together (the
+# ORM's own expressions for them cost more Python than the rest of the packet).
+FACTS = {
+    "attempts_made": ("(SELECT COUNT(*) FROM {attempt} a WHERE a.task_id = {row})", IntegerField),
+    "any_returned": (
+        "EXISTS(SELECT 1 FROM {packet} p WHERE p.task_id = {row} AND p.returned_at IS NOT NULL)",
+        BooleanField,
+    ),
+    "failure_kind": (
+        "(SELECT a.failure_kind FROM {attempt} a WHERE a.task_id = {row} AND a.failure_kind <> ''"
+        " ORDER BY a.number DESC LIMIT 1)",
+        CharField,
+    ),
+    "waits_joined": (
+        "EXISTS(SELECT 1 FROM {joined} j WHERE j.task_id = {row} AND j.left_at IS NULL)",
+        BooleanField,
+    ),
+    "escalation_waits": (
+        "EXISTS(SELECT 1 FROM {escalation} e WHERE e.task_id = {row}"
+        " AND e.status IN ('open', 'claimed'))",
+        BooleanField,
+    ),
+    "latest_escalation": (
+        "(SELECT e.status FROM {escalation} e WHERE e.task_id = {row} ORDER BY e.id DESC LIMIT 1)",
+        CharField,
+    ),
+}
+SHARED = """(
+    SELECT e.id FROM {escalation} e JOIN {packet} p ON p.id = e.packet_id
+    WHERE e.fleet_id = %s AND e.status IN ('open', 'claimed') AND NOT p.drafted
+        AND e.task_id <> {row}
+        AND e.id NOT IN (
+            SELECT j.escalation_id FROM {joined} j WHERE j.task_id = {row} AND j."left" = 'split'
+        )
+        AND ({same})
+    ORDER BY e.opened_at, e.id
+    LIMIT 1
+)"""
+
+
+def packet_facts(
+    *, fleet_id: int, question_key: str, dedup_key: str, asks: bool
+) -> dict[str, RawSQL]:
+    """The task's attempts and its latest failure kind, whether a packet of it was returned,
+    whether it waits on an escalation (its own or, joined, another's) and the status of its
+    latest; with `asks`, the oldest waiting escalation of the fleet whose packet asks the same
+    question (`packets.same_question`: the same dedup_key, or the same normalised question when
+    either has none), not one it was split off from."""
+    names = {
+        **tables(),
+        "attempt": table(Attempt),
+        "row": f"{table(Task)}.{connection.ops.quote_name('id')}",
+    }
+    facts = {
+        name: RawSQL(sql.format(**names), (), output_field=field())  # noqa: S611
+        for name, (sql, field) in FACTS.items()
+    }
+    if dedup_key:
+        same, params = "p.dedup_key = %s", [dedup_key]
+        if question_key:
+            same += " OR (p.question_key = %s AND p.dedup_key = '')"
+            params.append(question_key)
+    elif question_key:
+        same, params = "p.question_key = %s", [question_key]
+    else:
+        asks = False
+    if asks:
+        facts["shared_escalation"] = RawSQL(  # noqa: S611
+            SHARED.format(**names, same=same),  # noqa: S608
+            (fleet_id, *params),
+            output_field=IntegerField(),
+        )
+    return facts
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from escalations import intake_sql
@@ -54,7 +53,9 @@ def packet_submit(
     """
     sent = checked_packet(packet)[0]  # the packet as sent, if it is good without a draft
     try:
-        row = run_and_task(actor.fleet_id, run, task, related=("run__fleet",), **facts_of(sent))
+        row = run_and_task(
+            actor.fleet_id, run, task, related=("run__fleet",), **facts_of(actor.fleet_id, sent)
+        )
     except Refusal as exc:
         raise Refusal(exc.errors + packet_errors(packet, task), exc.status) from None
     found = row.run
@@ -131,63 +132,17 @@ def packet_submit(
     return {"run": found.key, "task": row.key, "escalation": escalation.pk, "packet": action}
 
 
-def facts_of(sent: Packet | None) -> dict[str, Any]:
+def facts_of(fleet_id: int, sent: Packet | None) -> dict[str, Any]:
     """What a packet needs to know of its task besides the task, its run and agent, read with
     them in one query: whether the task has waited on a person before, and (for a packet good
     as sent) the oldest waiting escalation of the fleet that asks the same question."""
-    facts: dict[str, Any] = {
-        "attempts_made": Subquery(
-            Attempt.objects.filter(task=OuterRef("pk"))
-            .values("task")
-            .annotate(n=Count("pk"))
-            .values("n")
-        ),
-        "any_returned": Exists(
-            FailurePacket.objects.filter(task=OuterRef("pk"), returned_at__isnull=False)
-        ),
-        "failure_kind": Subquery(
-            Attempt.objects.filter(task=OuterRef("pk"))
-            .exclude(failure_kind="")
-            .order_by("-number")
-            .values("failure_kind")[:1]
-        ),
-        "waits_joined": Exists(
-            JoinedTask.objects.filter(task=OuterRef("pk"), left_at__isnull=True)
-        ),
-        "escalation_waits": Exists(
-            Escalation.objects.filter(task=OuterRef("pk"), status__in=Escalation.OPEN_STATES)
-        ),
-        "latest_escalation": Subquery(
-            Escalation.objects.filter(task=OuterRef("pk")).order_by("-id").values("status")[:1]
-        ),
-    }
-    same = asking(sent) if sent is not None else None
-    if same is not None:
-        split_from = JoinedTask.objects.filter(
-            task=OuterRef(OuterRef("pk")), left=JoinedTask.Left.SPLIT
-        ).values("escalation_id")
-        facts["shared_escalation"] = Subquery(
-            Escalation.objects.filter(
-                same,
-                fleet_id=OuterRef("run__fleet_id"),
-                status__in=Escalation.OPEN_STATES,
-                packet__drafted=False,
-            )
-            .exclude(task=OuterRef("pk"))
-            .exclude(pk__in=split_from)
-            .order_by("opened_at", "id")
-            .values("pk")[:1]
-        )
-    return facts
-
-
-def asking(packet: Packet) -> Q | None:
-    """The escalations whose packet asks what `packet` asks (`packets.same_question`)."""
-    key = question_key(packet.smallest_unblocking_question)
-    if packet.dedup_key:
-        same = Q(packet__dedup_key=packet.dedup_key)
-        return same | Q(packet__question_key=key, packet__dedup_key="") if key else same
-    return Q(packet__question_key=key) if key else None
+    key = question_key(sent.smallest_unblocking_question) if sent is not None else ""
+    return intake_sql.packet_facts(
+        fleet_id=fleet_id,
+        question_key=key,
+        dedup_key=sent.dedup_key if sent is not None else "",
+        asks=sent is not None,
+    )
 
 
 def first_stop(row: Task) -> bool:
