@@ -11,10 +11,12 @@ class EscalationsConfig(AppConfig):
 
     def ready(self) -> None:
         # They import models: only once these are loaded.
+        from escalations import routing_config
         from escalations.services.messages import reenqueue as resend
         from escalations.services.packet import open_for_decision
         from escalations.services.packet_checks import reenqueue
 
+        routing_config.connect()
         escalation_needed.connect(open_for_decision, dispatch_uid="escalations.open_for_decision")
         reconciling.connect(reenqueue, dispatch_uid="escalations.packet_checks")
         reconciling.connect(resend, dispatch_uid="escalations.messages")

@@ -71,7 +71,14 @@ def prepared(
         type=type,
         payload={"type": type, "timestamp": (at or now).isoformat(), "data": data},
         next_attempt_at=now,
+        created_at=now,  # set here: a caller may write it with raw SQL, without the defaults
     )
+
+
+def sent(delivery_id: int) -> None:
+    """Send a notification its caller wrote itself (from `prepared`), after commit."""
+    if not _held.get():
+        after_commit(tasks.deliver, delivery_id)
 
 
 def send_after_commit(deliveries: list[Delivery]) -> None:

@@ -168,6 +168,11 @@ def batched() -> Iterator[None]:
         recompute_after_commit(run_id)
 
 
+def batching() -> bool:
+    """Whether the changes are gathered (`batched`): `mark_changed` records them at its end."""
+    return _batch.get() is not None
+
+
 def mark_changed(
     run: Run,
     keys: Iterable[str] | None,

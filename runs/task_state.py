@@ -15,7 +15,7 @@ from django.db.models import Exists, Max, OuterRef, Q, Subquery
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
 from fleet.outbox import notify
-from runs import scheduler
+from runs import intake_sql, scheduler
 from runs.claims import consumers
 from runs.models import (
     Artifact,
@@ -104,9 +104,14 @@ def task_start(
     row.ready = False
     row.started_at = row.started_at or at
     row.refresh = []  # re-read, as its start said
-    row.save(update_fields=["state", "ready", "started_at", "refresh"])
-    if consumes or getattr(row, "run_has_claims", True):
-        consumers.started_on(row, consumes, at, imported=imported)
+    consuming = bool(consumes) or getattr(row, "run_has_claims", True)
+    if consuming and connection.vendor == "postgresql":
+        # The task's row and the claims it consumes in one statement.
+        intake_sql.started_consuming(task=row, extra=list(consumes), at=at, imported=imported)
+    else:
+        row.save(update_fields=["state", "ready", "started_at", "refresh"])
+        if consuming:
+            consumers.started_on(row, consumes, at, imported=imported)
     scheduler.mark_changed(found, [row.key], may_hold=False)  # a start holds nothing back
     return {"run": found.key, "task": row.key, "attempt": attempt.number}
 
@@ -310,11 +315,13 @@ def finishing_attempt(task: Any, actor: Agent, at: datetime, *, imported: bool) 
 # The decisions' moves: the retry policy, the desk and the reviewers change state only here.
 
 
-def escalated(task: Task) -> None:
-    """A person has the task now (a packet came, or the policy escalated)."""
+def escalated(task: Task, *, saved: bool = False) -> None:
+    """A person has the task now (a packet came, or the policy escalated). `saved`: its row
+    was written already, with the packet's (`escalations.intake_sql`)."""
     task.state = Task.State.ESCALATED
     task.ready = False
-    task.save(update_fields=["state", "ready"])
+    if not saved:
+        task.save(update_fields=["state", "ready"])
 
 
 def back_to_pending(task: Task, *, agent: Agent | None = None) -> None:

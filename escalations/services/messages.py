@@ -8,6 +8,7 @@ written in another; a worker killed in between leaves it due again for the recon
 """
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,10 +17,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from escalations import links, tasks
+from escalations import links, routing_config, tasks
 from escalations.models import Channel, Escalation, Message
 from fleet.broker import after_commit, countdown
 from fleet.deliveries import backoff
@@ -131,6 +132,9 @@ def compose(escalation: Escalation, reason: str, now: datetime) -> tuple[str, st
     return subject[:300], body
 
 
+Target = tuple[int | None, str, str]  # a channel's id (None: an account's email), kind, target
+
+
 def channels_of(user: Any) -> list[tuple[Channel | None, str, str]]:
     """A reviewer's channels; with none, the email address of their account."""
     found: list[tuple[Channel | None, str, str]] = [
@@ -150,38 +154,57 @@ def queue_messages(
     at: datetime | None = None,
 ) -> list[Message]:
     """Write the messages (in the caller's transaction) and send each after commit."""
-    now = at or timezone.now()
-    targets: list[tuple[Channel | None, str, str]] = []
+    targets: list[Target] = []
     if fleet_channels:
-        targets += [
-            (c, c.kind, c.target)
-            for c in Channel.objects.filter(fleet_id=escalation.fleet_id).order_by("id")
-        ]
+        targets += routing_config.config_of(escalation.fleet_id).channels
     for user in users:
-        targets += channels_of(user)
-    seen: set[tuple[str, str]] = set()
-    if not targets:
-        return []
-    subject, body = compose(escalation, reason, now)
-    written = []
-    for channel, kind, target in targets:
-        if (kind, target) in seen:
+        targets += [(c.pk if c else None, kind, target) for c, kind, target in channels_of(user)]
+    return queue_many(escalation, [(reason, targets)], at=at)
+
+
+def queue_many(
+    escalation: Escalation,
+    batches: Sequence[tuple[str, Sequence[Target]]],
+    *,
+    at: datetime | None = None,
+) -> list[Message]:
+    """Write the messages, each (reason, targets) of `batches` once per target, in one statement
+    (in the caller's transaction), and send each after commit."""
+    now = at or timezone.now()
+    rows = []
+    for reason, targets in batches:
+        seen: set[tuple[str, str]] = set()
+        if not targets:
             continue
-        seen.add((kind, target))
-        message = Message.objects.create(
-            escalation=escalation,
-            channel=channel,
-            kind=kind,
-            target=target,
-            reason=reason,
-            subject=subject,
-            body=body,
-            next_attempt_at=timezone.now(),
-            created_at=timezone.now(),
-        )
+        subject, body = compose(escalation, reason, now)
+        written = timezone.now()
+        for channel_id, kind, target in targets:
+            if (kind, target) in seen:
+                continue
+            seen.add((kind, target))
+            rows.append(
+                Message(
+                    escalation=escalation,
+                    channel_id=channel_id,
+                    kind=kind,
+                    target=target,
+                    reason=reason,
+                    subject=subject,
+                    body=body,
+                    next_attempt_at=written,
+                    created_at=written,
+                )
+            )
+    if not rows:
+        return []
+    if connection.features.can_return_rows_from_bulk_insert:
+        Message.objects.bulk_create(rows)
+    else:
+        for row in rows:
+            row.save(force_insert=True)
+    for message in rows:
         after_commit(tasks.send_message, message.pk)
-        written.append(message)
-    return written
+    return rows
 
 
 # Sending.

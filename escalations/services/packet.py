@@ -5,16 +5,19 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Subquery
+from django.db import connection
+from django.utils import timezone
 
+from escalations import intake_sql
 from escalations.models import Escalation, FailurePacket, JoinedTask
 from escalations.packet_draft import DRAFTED_FIELDS, missing_fields
 from escalations.packets import Packet, question_key, validate_packet
 from escalations.selectors.attempts import draft_for
 from escalations.services import joining, packet_checks, routing
 from escalations.services.state import close, hold_of, lock_escalation, open_escalation, reopen
+from fleet import outbox
 from fleet.errors import ErrorItem, Refusal, error
-from fleet.models import Agent
+from fleet.models import Agent, Delivery
 from fleet.outbox import notify
 from runs import holds, scheduler, task_state
 from runs.models import Attempt, Decision, Run, Task
@@ -48,26 +51,24 @@ def packet_submit(
     is missing (the question) and the draft gives the rest; whatever it sends replaces the
     draft's. `task` is the task's key or its description in words (`data.task` names the task).
     """
+    sent = checked_packet(packet)[0]  # the packet as sent, if it is good without a draft
     try:
         row = run_and_task(
-            actor.fleet_id,
-            run,
-            task,
-            related=("run__fleet",),  # its callback, for escalation.opened
-            attempts_made=Subquery(
-                Attempt.objects.filter(task=OuterRef("pk"))
-                .values("task")
-                .annotate(n=Count("pk"))
-                .values("n")
-            ),
-            any_returned=Exists(
-                FailurePacket.objects.filter(task=OuterRef("pk"), returned_at__isnull=False)
-            ),
+            actor.fleet_id, run, task, related=("run__fleet",), **facts_of(actor.fleet_id, sent)
         )
     except Refusal as exc:
         raise Refusal(exc.errors + packet_errors(packet, task), exc.status) from None
     found = row.run
     refuse_unless_own(task=row, actor=actor, sender=sender)
+    if sent is not None and first_stop(row):
+        refuse_another_tasks_key(sent, row)
+        refuse_unless_waitable(row)
+        if getattr(row, "any_returned", True):
+            refuse_a_returned_packet(sent, row)
+        lean = lean_open(found, row, packet, sent, actor=actor, at=at)
+        if lean is not None:
+            return lean
+        # The waiting escalation it asks the same as was answered meanwhile: look again below.
     joined = joining.waiting_join(row)
     if joined is not None:
         return packet_of_joined(found, row, joined, packet, actor=actor, at=at)
@@ -129,6 +130,183 @@ def packet_submit(
         notify_opened(escalation, checked, reopened=action == "reopened")
     scheduler.mark_changed(found, [row.key])
     return {"run": found.key, "task": row.key, "escalation": escalation.pk, "packet": action}
+
+
+def facts_of(fleet_id: int, sent: Packet | None) -> dict[str, Any]:
+    """What a packet needs to know of its task besides the task, its run and agent, read with
+    them in one query: whether the task has waited on a person before, and (for a packet good
+    as sent) the oldest waiting escalation of the fleet that asks the same question."""
+    key = question_key(sent.smallest_unblocking_question) if sent is not None else ""
+    return intake_sql.packet_facts(
+        fleet_id=fleet_id,
+        question_key=key,
+        dedup_key=sent.dedup_key if sent is not None else "",
+        asks=sent is not None,
+    )
+
+
+def first_stop(row: Task) -> bool:
+    """The task waits on no escalation (its own or another's), and none was returned to it:
+    a packet opens its escalation, or joins one that asks the same."""
+    return (
+        not getattr(row, "waits_joined", True)
+        and not getattr(row, "escalation_waits", True)
+        and getattr(row, "latest_escalation", "") != Escalation.Status.RETURNED
+    )
+
+
+def lean_open(
+    found: Run, row: Task, content: dict[str, Any], checked: Packet, *, actor: Agent, at: datetime
+) -> dict[str, Any] | None:
+    """A task's first stop: the packet joins the oldest waiting escalation that asks the same
+    (None if that one was answered meanwhile), or opens its escalation, routed as it is
+    written. On PostgreSQL the writes go together (`escalations.intake_sql`)."""
+    new = FailurePacket(
+        task=row,
+        agent=actor,
+        content=content,
+        smallest_unblocking_question=checked.smallest_unblocking_question,
+        question_key=question_key(checked.smallest_unblocking_question),
+        dedup_key=checked.dedup_key,
+        submitted_at=at,
+        from_draft=[],
+        checks_pending=bool(checked.evidence),
+    )
+    shared_id = getattr(row, "shared_escalation", None)
+    if shared_id is not None:
+        shared = (
+            Escalation.objects.select_for_update(of=("self",))
+            .select_related("packet", "run", "task")
+            .filter(pk=shared_id)
+            .first()
+        )
+        if (
+            shared is None
+            or shared.status not in Escalation.OPEN_STATES
+            or shared.fleet_id != found.fleet_id
+            or not joining.asks_the_same(new, shared.packet)
+        ):
+            return None
+        if connection.vendor == "postgresql":
+            packet_id, _ = intake_sql.join_escalation(
+                packet=new_packet(new),
+                change=change_of(found, row),
+                escalation_id=shared.pk,
+                code=hold_of(shared),
+            )
+            written(new, packet_id)
+            task_state.escalated(row, saved=True)
+            changed(found, row)
+        else:
+            new.save(force_insert=True)
+            packet_checks.check_after_commit(new)
+            joining.join(escalation=shared, task=row, packet=new, at=at)
+        return {
+            "run": found.key,
+            "task": row.key,
+            "escalation": shared.pk,
+            "packet": "joined",
+            "joined": {"run": shared.run.key, "task": shared.task.key},
+        }
+    decided = routing.routed(
+        fleet_id=found.fleet_id,
+        facts=routing.about(row, failure_kind=getattr(row, "failure_kind", None) or ""),
+        content=content,
+        at=at,
+    )
+    reason = "the agent stopped and handed over a failure packet"
+    attempt_number = getattr(row, "attempts_made", None) or 0
+    fields = {
+        f"{name}_id" if name in routing.ROUTED_KEYS else name: value
+        for name, value in decided.fields().items()
+    }
+    if connection.vendor == "postgresql":
+        delivery = notification(found.fleet, None, checked, reopened=False, run=found, task=row)
+        opened = intake_sql.open_escalation(
+            packet=new_packet(new),
+            change=change_of(found, row),
+            fleet_id=found.fleet_id,
+            run_id=found.pk,
+            reason=reason,
+            attempt_number=attempt_number,
+            opened_at=at,
+            routed={**decided.fields(), "note": decided.note},
+            delivery=delivery,
+        )
+        written(new, opened.packet_id)
+        escalation = Escalation(
+            pk=opened.escalation_id,
+            fleet_id=found.fleet_id,
+            run=found,
+            task=row,
+            packet=new,
+            reason=reason,
+            attempt_number=attempt_number,
+            opened_at=at,
+            **fields,
+        )
+        escalation._state.adding = False
+        escalation._state.db = new._state.db
+        task_state.escalated(row, saved=True)
+        if opened.delivery_id is not None:
+            outbox.sent(opened.delivery_id)
+        changed(found, row)
+    else:
+        new.save(force_insert=True)
+        packet_checks.check_after_commit(new)
+        escalation = open_escalation(
+            run=found,
+            task=row,
+            packet=new,
+            reason=reason,
+            attempt_number=attempt_number,
+            at=at,
+            routed=fields,
+        )
+        if decided.note is not None:
+            routing.assigned(escalation, decided, at=at)
+        task_state.escalated(row)
+        notify_opened(escalation, checked, reopened=False)
+        scheduler.mark_changed(found, [row.key])
+    routing.announce(escalation, decided, at=at)
+    return {"run": found.key, "task": row.key, "escalation": escalation.pk, "packet": "opened"}
+
+
+def new_packet(packet: FailurePacket) -> intake_sql.NewPacket:
+    return intake_sql.NewPacket(
+        task_id=packet.task_id,
+        agent_id=packet.agent_id,
+        content=packet.content,
+        question=packet.smallest_unblocking_question,
+        question_key=packet.question_key,
+        dedup_key=packet.dedup_key,
+        submitted_at=packet.submitted_at,
+        from_draft=packet.from_draft,
+        checks_pending=packet.checks_pending,
+    )
+
+
+def written(packet: FailurePacket, packet_id: int) -> None:
+    """The packet as the ORM would have it once written, its re-check asked after commit."""
+    packet.pk = packet_id
+    packet._state.adding = False
+    packet._state.db = "default"
+    packet_checks.check_after_commit(packet)
+
+
+def change_of(found: Run, row: Task) -> intake_sql.Change | None:
+    """The run's frontier change, written with the packet's rows (unless a batch gathers it)."""
+    if scheduler.batching():
+        return None
+    return intake_sql.Change(run_id=found.pk, keys=[row.key], created_at=timezone.now())
+
+
+def changed(found: Run, row: Task) -> None:
+    """After `change_of`'s row: the recompute after commit (or the batch's mark)."""
+    if scheduler.batching():
+        scheduler.mark_changed(found, [row.key])
+    else:
+        scheduler.recompute_after_commit(found.pk)
 
 
 def refuse_unless_waitable(row: Task) -> None:
@@ -291,18 +469,29 @@ def refuse_a_returned_packet(packet: Packet, task: Task) -> None:
 
 
 def notify_opened(escalation: Escalation, packet: Packet, *, reopened: bool) -> None:
-    notify(
-        escalation.run.fleet,
-        "escalation.opened",
-        {
-            "escalation": escalation.pk,
-            "run": escalation.run.key,
-            "task": escalation.task.key,
-            "question": packet.smallest_unblocking_question,
-            "reopened": reopened,
-            "drafted": False,
-        },
-    )
+    data = opened_data(escalation.pk, escalation.run, escalation.task, packet, reopened=reopened)
+    notify(escalation.run.fleet, "escalation.opened", data)
+
+
+def opened_data(
+    escalation_id: int | None, run: Run, task: Task, packet: Packet, *, reopened: bool
+) -> dict[str, Any]:
+    return {
+        "escalation": escalation_id,
+        "run": run.key,
+        "task": task.key,
+        "question": packet.smallest_unblocking_question,
+        "reopened": reopened,
+        "drafted": False,
+    }
+
+
+def notification(
+    fleet: Any, escalation_id: int | None, packet: Packet, *, reopened: bool, run: Run, task: Task
+) -> Delivery | None:
+    """`notify_opened`'s delivery, not written yet (its escalation's id goes in as it is)."""
+    data = opened_data(escalation_id, run, task, packet, reopened=reopened)
+    return outbox.prepared(fleet, "escalation.opened", data)
 
 
 def escalation_for_packet(task: Task) -> tuple[Escalation | None, str]:

@@ -6,17 +6,19 @@ one per kind and tier) written in the same transaction as its assignment and mes
 worker killed between two steps leaves the first done once and the second still to do.
 """
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from escalations import routing
+from escalations import intake_sql, routing, routing_config
 from escalations.models import (
     Assignment,
     Availability,
+    Channel,
     DueRule,
     Escalation,
     EscalationStep,
@@ -34,19 +36,22 @@ from runs.policy import FAILURE_KINDS
 SWEEP_BATCH = 500
 
 
-def about(task: Task) -> routing.About:
-    kind = (
-        Attempt.objects.filter(task=task)
-        .exclude(failure_kind="")
-        .order_by("-number")
-        .values_list("failure_kind", flat=True)
-        .first()
-    )
+def about(task: Task, failure_kind: str | None = None) -> routing.About:
+    """What the escalation is about; `failure_kind`, the task's latest attempt's, when read
+    already (with the task)."""
+    if failure_kind is None:
+        failure_kind = (
+            Attempt.objects.filter(task=task)
+            .exclude(failure_kind="")
+            .order_by("-number")
+            .values_list("failure_kind", flat=True)
+            .first()
+        )
     return routing.About(
         agent_role=task.agent.role,
         capabilities=tuple(str(c) for c in (task.capabilities or [])),
         run=task.run.key,
-        failure_kind=kind or "",
+        failure_kind=failure_kind or "",
     )
 
 
@@ -57,12 +62,7 @@ def urgency_of(content: object) -> str:
 
 def due_at_for(fleet_id: int, *, failure_kind: str, urgency: str, opened_at: datetime) -> Any:
     minutes = routing.due_minutes(
-        [
-            routing.DueRule(minutes=r.minutes, failure_kind=r.failure_kind, urgency=r.urgency)
-            for r in DueRule.objects.filter(fleet_id=fleet_id)
-        ],
-        failure_kind=failure_kind,
-        urgency=urgency,
+        routing_config.config_of(fleet_id).due_rules, failure_kind=failure_kind, urgency=urgency
     )
     return opened_at + timedelta(minutes=minutes) if minutes is not None else None
 
@@ -86,71 +86,150 @@ def pick_reviewer(pool: Pool, at: datetime) -> Any:
     return get_user_model().objects.get(pk=chosen)
 
 
-def route_new(escalation: Escalation, *, at: datetime) -> None:
-    """A new escalation: its due time, its pool and reviewer, and the messages announcing it.
+@dataclass(frozen=True)
+class Reviewer:
+    """The reviewer a new escalation is assigned to, and where they are told."""
 
-    Runs in the transaction that opens it."""
-    task = Task.objects.select_related("agent", "run").get(pk=escalation.task_id)
-    facts = about(task)
-    escalation.failure_kind = facts.failure_kind
-    escalation.urgency = urgency_of(escalation.packet.content if escalation.packet else None)
-    escalation.due_at = due_at_for(
-        escalation.fleet_id,
-        failure_kind=escalation.failure_kind,
-        urgency=escalation.urgency,
-        opened_at=escalation.opened_at,
+    id: int
+    username: str
+    targets: tuple[messages.Target, ...]
+
+
+def next_reviewer(pool_id: int, at: datetime) -> Reviewer | None:
+    """The pool's turn (`pick_reviewer`): on PostgreSQL in one statement."""
+    if connection.vendor == "postgresql":
+        seat = intake_sql.pick_seat(pool_id, at)
+        if seat is None:
+            return None
+        targets: tuple[messages.Target, ...] = tuple(seat.channels)
+        if not targets and seat.email:
+            targets = ((None, Channel.Kind.EMAIL, seat.email),)
+        return Reviewer(seat.user_id, seat.username, targets)
+    user = pick_reviewer(Pool(pk=pool_id), at)
+    if user is None:
+        return None
+    found = tuple(
+        (c.pk if c else None, kind, target) for c, kind, target in messages.channels_of(user)
     )
-    rules = {r.pk: r for r in RoutingRule.objects.filter(fleet_id=escalation.fleet_id)}
-    matched = routing.route(
-        [
-            routing.Rule(
-                id=r.pk,
-                position=r.position,
-                agent_role=r.agent_role,
-                capability=r.capability,
-                run=r.run,
-                failure_kind=r.failure_kind,
-            )
-            for r in rules.values()
-        ],
-        facts,
+    return Reviewer(user.pk, user.get_username(), found)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A new escalation's due time, pool and reviewer, decided before it is written."""
+
+    failure_kind: str
+    urgency: str
+    due_at: datetime | None
+    next_step_at: datetime | None
+    rule: routing_config.Rule | None
+    reviewer: Reviewer | None
+    note: str | None  # the assignment's note, when a rule routed it
+    channels: tuple[messages.Target, ...]  # the fleet's, where it is announced
+
+    @property
+    def last_tier(self) -> int:
+        if self.rule is None:
+            return 1
+        return 3 if self.rule.next_pool_id else 2
+
+    def fields(self) -> dict[str, Any]:
+        """The escalation's columns it sets."""
+        return {
+            "failure_kind": self.failure_kind,
+            "urgency": self.urgency,
+            "due_at": self.due_at,
+            "next_step_at": self.next_step_at,
+            "pool": self.rule.pool_id if self.rule else None,
+            "next_pool": self.rule.next_pool_id if self.rule else None,
+            "last_tier": self.last_tier,
+            "assignee": self.reviewer.id if self.reviewer else None,
+        }
+
+
+def routed(*, fleet_id: int, facts: routing.About, content: object, at: datetime) -> Routed:
+    """Route a new escalation (opened `at`): the fleet's cached rules decide its due time and
+    pool; the pool's turn, its reviewer (marked as assigned). Runs in the opening transaction."""
+    config = routing_config.config_of(fleet_id)
+    urgency = urgency_of(content)
+    minutes = routing.due_minutes(
+        config.due_rules, failure_kind=facts.failure_kind, urgency=urgency
     )
-    rule = rules[matched.id] if matched else None
-    assignee = None
-    if rule is not None:
-        escalation.pool_id = rule.pool_id
-        escalation.next_pool_id = rule.next_pool_id
-        escalation.last_tier = 3 if rule.next_pool_id else 2
-        assignee = pick_reviewer(rule.pool, at)
-        escalation.assignee = assignee
-        Assignment.objects.create(
-            escalation=escalation,
-            kind=Assignment.Kind.ROUTED,
-            at=at,
-            tier=1,
-            pool_id=rule.pool_id,
-            to_user=assignee,
-            note=routing_note(rule, facts, assignee),
+    due_at = at + timedelta(minutes=minutes) if minutes is not None else None
+    matched = routing.route([r.matching() for r in config.rules], facts)
+    rule = next((r for r in config.rules if matched is not None and r.id == matched.id), None)
+    reviewer = next_reviewer(rule.pool_id, at) if rule is not None else None
+    last_tier = 1 if rule is None else (3 if rule.next_pool_id else 2)
+    next_step = (
+        routing.when_next(
+            routing.Timing(
+                opened_at=at, due_at=due_at, tier=1, last_tier=last_tier, done=frozenset()
+            ),
+            at,
         )
-    escalation.next_step_at = next_step_at(escalation, at)
-    escalation.save(
-        update_fields=[
-            "failure_kind",
-            "urgency",
-            "due_at",
-            "next_step_at",
-            "pool",
-            "next_pool",
-            "last_tier",
-            "assignee",
-        ]
+        if due_at is not None
+        else None
     )
-    messages.queue_messages(escalation, "opened", fleet_channels=True, at=at)
-    if assignee is not None:
-        messages.queue_messages(escalation, "assigned", users=[assignee], at=at)
+    return Routed(
+        failure_kind=facts.failure_kind,
+        urgency=urgency,
+        due_at=due_at,
+        next_step_at=next_step,
+        rule=rule,
+        reviewer=reviewer,
+        note=routing_note(rule, reviewer) if rule is not None else None,
+        channels=config.channels,
+    )
 
 
-def routing_note(rule: RoutingRule, facts: routing.About, assignee: Any) -> str:
+def announce(escalation: Escalation, decided: Routed, *, at: datetime) -> None:
+    """The messages of a new escalation: on the fleet's channels, and to its reviewer."""
+    messages.queue_many(
+        escalation,
+        [
+            ("opened", decided.channels),
+            ("assigned", decided.reviewer.targets if decided.reviewer else ()),
+        ],
+        at=at,
+    )
+
+
+def route_new(escalation: Escalation, *, at: datetime) -> None:
+    """A new escalation, written already: its due time, its pool and reviewer, and the
+    messages announcing it. Runs in the transaction that opens it."""
+    task = Task.objects.select_related("agent", "run").get(pk=escalation.task_id)
+    decided = routed(
+        fleet_id=escalation.fleet_id,
+        facts=about(task),
+        content=escalation.packet.content if escalation.packet else None,
+        at=at,
+    )
+    for name, value in decided.fields().items():
+        setattr(escalation, f"{name}_id" if name in ROUTED_KEYS else name, value)
+    escalation.save(update_fields=list(decided.fields()))
+    if decided.note is not None:
+        assigned(escalation, decided, at=at)
+    announce(escalation, decided, at=at)
+
+
+def assigned(escalation: Escalation, decided: Routed, *, at: datetime) -> Assignment:
+    """The routing rule's assignment, in the escalation's history."""
+    assert decided.rule is not None and decided.note is not None
+    return Assignment.objects.create(
+        escalation=escalation,
+        kind=Assignment.Kind.ROUTED,
+        at=at,
+        tier=1,
+        pool_id=decided.rule.pool_id,
+        to_user_id=decided.reviewer.id if decided.reviewer else None,
+        note=decided.note,
+    )
+
+
+ROUTED_KEYS = ("pool", "next_pool", "assignee")  # the foreign keys among `Routed.fields`
+
+
+def routing_note(rule: routing_config.Rule, reviewer: Reviewer | None) -> str:
     said = [
         f"{name} {value}"
         for name, value in (
@@ -163,11 +242,11 @@ def routing_note(rule: RoutingRule, facts: routing.About, assignee: Any) -> str:
     ]
     why = "matched " + ", ".join(said) if said else "the fleet's default rule"
     who = (
-        f"its least recently assigned reviewer, {assignee.get_username()}"
-        if assignee
+        f"its least recently assigned reviewer, {reviewer.username}"
+        if reviewer
         else "nobody: every reviewer in it is away"
     )
-    return f"Routed to pool {rule.pool.name} ({why}); assigned to {who}."
+    return f"Routed to pool {rule.pool_name} ({why}); assigned to {who}."
 
 
 def packet_changed(escalation: Escalation, *, question_in: bool, at: datetime) -> None:

@@ -4,6 +4,7 @@ Every change of `Escalation.status` goes through this module; the reviewers' act
 (answer, reroute, return, abort) lock through it and close through it.
 """
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -208,7 +209,9 @@ def open_escalation(
     reason: str,
     attempt_number: int,
     at: datetime,
+    routed: Mapping[str, Any] | None = None,
 ) -> Escalation:
+    """A new escalation and its hold; `routed`: its routing's columns, when decided already."""
     escalation = Escalation.objects.create(
         fleet_id=run.fleet_id,
         run=run,
@@ -217,6 +220,7 @@ def open_escalation(
         reason=reason,
         attempt_number=attempt_number,
         opened_at=at,
+        **(routed or {}),
     )
     holds.place(task=task, code=hold_of(escalation), at=at, new=True)
     return escalation
