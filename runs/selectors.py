@@ -1,5 +1,6 @@
 """Reads of the work: a run's tasks, decisions and checkpoint, and the decisions still owed."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +36,7 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
         dependency_confidence, transaction, consumes, consumes_declared, checks,
         started_at, finished_at,
     ) in found:  # fmt: skip
-        codes = blockers.get(key, [])
+        codes: Sequence[str] = blockers.get(key, ())
         rows.append(
             {
                 "key": key,

@@ -131,7 +131,9 @@ def run_page(
         task["stopped"] = STOP in task["blockers"]
         task["unknown"] = [b for b in task["blockers"] if b in unknown]
         # A pending task in the ready frontier is shown (and counted) as ready.
-        task["shown"] = "ready" if task["state"] == Task.State.PENDING and task["ready"] else task["state"]
+        task["shown"] = (
+            "ready" if task["state"] == Task.State.PENDING and task["ready"] else task["state"]
+        )
         task["blocks"] = [(b, b in unknown) for b in task["blockers"]]
         task["after"] = ", ".join(task["prerequisites"]) or "—"
         task["notes"] = bool(task["consumes_declared"] or task["checks"] or task["halted"])
