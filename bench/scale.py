@@ -289,11 +289,26 @@ def scale_out(args: argparse.Namespace, log: Path) -> None:
 
 def large_database(args: argparse.Namespace) -> None:
     """A million tasks in a thousand runs, written in bulk, and three pages against their SQL."""
-    fresh(LARGE)
+    reuse = args.reuse_large and LARGE in sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-Atc",
+                                             "SELECT datname FROM pg_database")  # fmt: skip
+    if not reuse:
+        fresh(LARGE)
     os.environ.update(app_env(LARGE))
     import django
 
     django.setup()
+    from django.contrib.auth import get_user_model
+
+    from fleet.models import Agent, Fleet
+    from runs import scheduler
+    from runs.models import Run
+
+    if reuse:  # a database an earlier `--keep-large` left: measure its pages again
+        print(f"reusing {LARGE}", flush=True)
+        reviewer = get_user_model().objects.get(username="queue-reviewer")
+        agent = Agent.objects.get(fleet__name="queue-0", name="planner")
+        measure_pages(args, reviewer, agent, Run.objects.filter(key__startswith="large-").count())
+        return
     from django.core.management import call_command
     from django.db import connection
 
@@ -302,9 +317,6 @@ def large_database(args: argparse.Namespace) -> None:
 
     began = time.perf_counter()
     reviewer = bulk_queue(args.escalations)
-    from fleet.models import Agent, ApiToken, Fleet
-    from runs import scheduler
-    from runs.models import Run
 
     fleet = Fleet.objects.get(name="queue-0")
     agent = Agent.objects.get(fleet=fleet, name="planner")
@@ -348,8 +360,15 @@ def large_database(args: argparse.Namespace) -> None:
         total = cursor.fetchone()[0]
     print(f"stored {total:,} tasks in {Run.objects.count():,} runs and {args.escalations:,} "
           f"open escalations in {time.perf_counter() - began:.1f} s", flush=True)  # fmt: skip
+    scheduler.recompute(Run.objects.get(key=f"large-{runs // 2}").pk)  # the stored frontier
+    measure_pages(args, reviewer, agent, runs)  # agrees with the rule
+
+
+def measure_pages(args: argparse.Namespace, reviewer: Any, agent: Any, runs: int) -> None:
+    from fleet.models import ApiToken
+    from runs.models import Run
+
     middle = Run.objects.get(key=f"large-{runs // 2}")
-    scheduler.recompute(middle.pk)  # the stored frontier agrees with the rule
     _, token = ApiToken.issue(agent)
     pages = [
         ("run page", f"/runs/{middle.pk}/", {}),
@@ -357,10 +376,14 @@ def large_database(args: argparse.Namespace) -> None:
         ("queue page", "/escalations/?agent=coder", {}),
     ]  # fmt: skip
     for name, url, headers in pages:
-        against_sql(name, url, headers, reviewer, args.pages)
+        if args.only and args.only not in name:
+            continue
+        against_sql(name, url, headers, reviewer, args.pages, profile=args.profile)
 
 
-def against_sql(name: str, url: str, headers: dict[str, str], user: Any, times: int) -> None:
+def against_sql(
+    name: str, url: str, headers: dict[str, str], user: Any, times: int, *, profile: bool = False
+) -> None:
     import psycopg
     from desk import line, p50_p95, statements
     from django.test import Client
@@ -376,7 +399,9 @@ def against_sql(name: str, url: str, headers: dict[str, str], user: Any, times: 
     with statements() as sql:
         render()
     sql = [s for s in sql if s.lstrip().upper().startswith("SELECT")]  # the session's touch
-    with psycopg.connect(f"{PG}/{LARGE}", autocommit=True) as conn:
+    # As Django sends them: never prepared (psycopg prepares a statement it has run five times,
+    # and a prepared one skips the planner, which Django's page pays on every request).
+    with psycopg.connect(f"{PG}/{LARGE}", autocommit=True, prepare_threshold=None) as conn:
 
         def replay() -> None:
             for statement in sql:
@@ -393,9 +418,24 @@ def against_sql(name: str, url: str, headers: dict[str, str], user: Any, times: 
             began = time.perf_counter()
             replay()
             raw.append(time.perf_counter() - began)
+        if profile:  # where a render's time goes, and each statement's share of the SQL
+            shares = []
+            for statement in sql:
+                began = time.perf_counter()
+                conn.execute(statement.encode()).fetchall()
+                shares.append((time.perf_counter() - began, statement))
     print(line(f"{name} {url}:", rendered))
     print(line(f"  its {len(sql)} statements through psycopg:", raw))
     print(f"  ratio {name}/SQL (p95): {p50_p95(rendered)[1] / p50_p95(raw)[1]:.2f}  (goal <= 3)")
+    if profile:
+        for took, statement in sorted(shares, key=lambda share: -share[0])[:8]:
+            print(f"    {took * 1000:7.2f} ms  {' '.join(statement.split())[:150]}")
+        from pyinstrument import Profiler
+
+        with Profiler(interval=0.0005) as profiler:
+            for _ in range(5):
+                render()
+        print(profiler.output_text(unicode=False, color=False, show_all=False))
 
 
 def main() -> None:
@@ -409,6 +449,10 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="(b): profile each page's render")
+    parser.add_argument("--only", default="", help="(b): only the pages whose name has this")
+    parser.add_argument("--keep-large", action="store_true", help="(b): keep its database")
+    parser.add_argument("--reuse-large", action="store_true", help="(b): measure a kept one")
     args, _ = parser.parse_known_args()  # `make bench` hands every bench the same arguments
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
@@ -430,7 +474,7 @@ def main() -> None:
             connections.close_all()
         except Exception:  # noqa: S110 - Django may never have been set up
             pass
-        for name in (DB, LARGE):
+        for name in (DB,) if args.keep_large else (DB, LARGE):
             sh("dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", "--force", name,
                check=False)  # fmt: skip
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")

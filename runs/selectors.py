@@ -1,5 +1,6 @@
 """Reads of the work: a run's tasks, decisions and checkpoint, and the decisions still owed."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,36 +20,49 @@ def task_rows(run: Run) -> list[dict[str, Any]]:
     # (the checkpoint) catch up in the worker a moment after each event.
     nodes = scheduler.nodes_for(run)
     now = frontier.frontier(nodes, scheduler.world_for(run))
-    blockers = {key: list(codes) for key, codes in now.deferred.items()}
+    blockers = now.deferred
     ready_now = set(now.ready)
     live = run.state == Run.State.RUNNING
     halts = halts_by_task(run)
-    return [
-        {
-            "key": t.key,
-            "title": t.title,
-            "agent": t.agent.name,
-            "state": t.state,
-            # Ready means it may start now: a pending task of a running run, with no blocker.
-            "ready": live and t.key in ready_now and t.state == Task.State.PENDING,
-            "blockers": sorted(blockers.get(t.key, []))
-            if live or t.state != Task.State.PENDING
-            else [f"run:{run.state}", *sorted(blockers.get(t.key, []))],
-            "prerequisites": list(nodes[t.key].prerequisites),
-            "capabilities": t.capabilities,
-            "reads_state_of": t.reads_state_of,
-            "effect": t.effect,
-            "dependency_confidence": t.dependency_confidence,
-            "transaction": t.transaction or None,
-            "consumes": t.consumes,
-            "consumes_declared": t.consumes_declared,
-            "checks": t.checks,
-            "halted": halts.get(t.pk, []),
-            "started_at": t.started_at,
-            "finished_at": t.finished_at,
-        }
-        for t in Task.objects.filter(run=run).select_related("agent").order_by("position")
-    ]
+    # Plain values, not model instances: a run has up to thousands of tasks.
+    found = Task.objects.filter(run=run).order_by("position").values_list(
+        "pk", "key", "title", "agent__name", "state", "capabilities", "reads_state_of", "effect",
+        "dependency_confidence", "transaction", "consumes", "consumes_declared", "checks",
+        "started_at", "finished_at",
+    )  # fmt: skip
+    rows = []
+    for (
+        pk, key, title, agent, state, capabilities, reads_state_of, effect,
+        dependency_confidence, transaction, consumes, consumes_declared, checks,
+        started_at, finished_at,
+    ) in found:  # fmt: skip
+        codes: Sequence[str] = blockers.get(key, ())
+        rows.append(
+            {
+                "key": key,
+                "title": title,
+                "agent": agent,
+                "state": state,
+                # Ready means it may start now: a pending task of a running run, with no blocker.
+                "ready": live and key in ready_now and state == Task.State.PENDING,
+                "blockers": sorted(codes)
+                if live or state != Task.State.PENDING
+                else [f"run:{run.state}", *sorted(codes)],
+                "prerequisites": list(nodes[key].prerequisites),
+                "capabilities": capabilities,
+                "reads_state_of": reads_state_of,
+                "effect": effect,
+                "dependency_confidence": dependency_confidence,
+                "transaction": transaction or None,
+                "consumes": consumes,
+                "consumes_declared": consumes_declared,
+                "checks": checks,
+                "halted": halts.get(pk, []),
+                "started_at": started_at,
+                "finished_at": finished_at,
+            }
+        )
+    return rows
 
 
 def halts_by_task(run: Run) -> dict[int, list[dict[str, Any]]]:

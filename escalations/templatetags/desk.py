@@ -1,13 +1,15 @@
 """Template tags of the desk: the navigation, and small formats the pages share."""
 
+import json
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from django import template
+from django.core.serializers.json import DjangoJSONEncoder
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from escalations.selectors.waiting import shown_status
 from fleet.access import FLEET_ROLES, manages_a_fleet, member_fleet_ids
@@ -119,6 +121,20 @@ def timestamp(value: Any) -> str:
     v = value
     zone = v.tzname() or ""
     return f"{v.year:04}-{v.month:02}-{v.day:02} {v.hour:02}:{v.minute:02}:{v.second:02} {zone}"
+
+
+@register.filter
+def json_data(value: Any, element_id: str) -> SafeString:
+    """What `json_script` gives, its three escapes made with `str.replace`: `str.translate`
+    walks the JSON a character at a time, milliseconds on a large run's graph."""
+    escaped = (
+        json.dumps(value, cls=DjangoJSONEncoder)
+        .replace(">", "\\u003E")
+        .replace("<", "\\u003C")
+        .replace("&", "\\u0026")
+    )
+    safe = mark_safe(escaped)  # noqa: S308 - escaped as json_script escapes
+    return format_html('<script id="{}" type="application/json">{}</script>', element_id, safe)
 
 
 @register.filter

@@ -1,6 +1,7 @@
 """The first page after signing in, and the escalation queue with its filters and pages."""
 
 from django.http import HttpResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -47,6 +48,9 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
         "poll_seconds": poll_seconds(),
         "reviewed": reviewed_fleet_ids(request.user),
         "here": url(query.params()),
+        "error": "",  # a row's refusal, when a claim answers with its row alone
+        # The token as text, not the context processor's lazy object: every row's form has it.
+        "csrf_token": get_token(request),
         "urls": {
             # Polling asks for the same page: the reviewer keeps their place.
             "poll": url(query.params()),

@@ -121,16 +121,26 @@ def run_page(
             fleet_id=found.fleet_id, status=Capability.Status.UNKNOWN
         ).values_list("name", flat=True)
     ]
+    inline = can_act and found.state == Run.State.RUNNING
+    refused_at = (refused or {}).get("at") if inline else None
     for task in detail["tasks"]:
+        # What each row shows, worked out here once: the table has a row for every task of the
+        # run, and a lookup or a filter in the template costs more per row than it does here.
         task["id"], task["released"] = tasks[task["key"]]
         task["anchor"] = f"task-{task['key']}"
         task["stopped"] = STOP in task["blockers"]
         task["unknown"] = [b for b in task["blockers"] if b in unknown]
-    # A pending task in the ready frontier is counted as ready, as the table and graph show it.
-    counted = Counter(
-        "ready" if t["state"] == Task.State.PENDING and t["ready"] else t["state"]
-        for t in detail["tasks"]
-    )
+        # A pending task in the ready frontier is shown (and counted) as ready.
+        task["shown"] = (
+            "ready" if task["state"] == Task.State.PENDING and task["ready"] else task["state"]
+        )
+        task["blocks"] = [(b, b in unknown) for b in task["blockers"]]
+        task["after"] = ", ".join(task["prerequisites"]) or "—"
+        task["notes"] = bool(task["consumes_declared"] or task["checks"] or task["halted"])
+        task["releasable"] = task["stopped"] and inline
+        task["refused"] = refused_at is not None and refused_at == task["anchor"]
+        task["more"] = task["released"] or task["releasable"] or task["refused"]
+    counted = Counter(t["shown"] for t in detail["tasks"])
     states = {state: counted[state] for state in STATE_ORDER if counted[state]}
     for decision in detail["decisions"]:
         decision["label"] = str(decision["action"]).replace("_", " ")  # carry_on: "carry on"

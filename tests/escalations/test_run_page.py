@@ -142,3 +142,30 @@ def test_a_capability_nobody_reported_on_is_shown_as_unknown_beside_its_blocker(
         '<code class="blocker">capability:registry</code> '
         '<small class="muted">(unknown: nobody has reported on it)</small>'
     ) in row
+
+
+def run_of(desk, key, size):
+    """A run of `size` tasks in a chain over three agents, every third needing the forge."""
+    desk.run(key, [
+        {"key": f"t{n}", "agent": ("planner", "coder", "coder-b")[n % 3], "title": f"Task {n}",
+         "prerequisites": [f"t{n - 1}"] if n else [], "capabilities": ["forge"] if n % 3 == 2 else []}
+        for n in range(size)
+    ])  # fmt: skip
+    return Run.objects.get(key=key)
+
+
+def test_the_run_page_takes_as_many_statements_for_a_large_run_as_for_a_small_one(desk, browser):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    desk.planner.post("capability.changed", {"capability": "forge", "status": "down"})
+    counted = {}
+    for key, size in (("small", 4), ("large", 60)):
+        run = run_of(desk, key, size)
+        desk.escalate("t0", run=key)
+        with CaptureQueriesContext(connection) as queries:
+            page = browser.get(f"/runs/{run.pk}/")
+        assert page.status_code == 200 and f'id="task-t{size - 1}"' in page.content.decode()
+        counted[key] = len(queries)
+    # Every table of the page is read in a fixed number of statements, not one per row.
+    assert counted["large"] == counted["small"] <= 34, counted
