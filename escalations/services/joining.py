@@ -11,7 +11,7 @@ is left without a person.
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -39,6 +39,25 @@ def asks_the_same(packet: FailurePacket | None, other: FailurePacket | None) -> 
         other_key=other.question_key,
         other_dedup_key=other.dedup_key,
     )
+
+
+def ask_in_turn(*, fleet_id: int, question_key: str, dedup_key: str) -> None:
+    """Packets that may ask the same question take turns until their transactions end, so
+    the second finds the first's escalation and joins it (two agents failing on one question
+    at the same moment open one escalation, not two). A lock per question and per dedup_key,
+    taken in one order; on SQLite a writing transaction has the database to itself already."""
+    if connection.vendor != "postgresql":
+        return
+    keys = sorted(
+        f"{fleet_id}:{kind}:{key}"
+        for kind, key in (("question", question_key), ("dedup", dedup_key))
+        if key
+    )
+    if not keys:
+        return
+    locks = ", ".join(["pg_advisory_xact_lock(hashtextextended(%s, 0))"] * len(keys))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {locks}", keys)  # noqa: S608 (only placeholders spliced in)
 
 
 def waiting_join(task: Task) -> JoinedTask | None:

@@ -52,6 +52,12 @@ def packet_submit(
     draft's. `task` is the task's key or its description in words (`data.task` names the task).
     """
     sent = checked_packet(packet)[0]  # the packet as sent, if it is good without a draft
+    if sent is not None:
+        joining.ask_in_turn(
+            fleet_id=actor.fleet_id,
+            question_key=question_key(sent.smallest_unblocking_question),
+            dedup_key=sent.dedup_key,
+        )
     try:
         row = run_and_task(
             actor.fleet_id, run, task, related=("run__fleet",), **facts_of(actor.fleet_id, sent)

@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from escalations.models import Escalation
 from fleet.models import Event
 from runs.models import Run, Task
 from tests.conftest import task, wsgi_headers
@@ -73,3 +74,55 @@ def test_simultaneous_different_ids_for_one_run_leave_one_run(planner, coder):
     assert statuses == [202] * 5
     assert Run.objects.count() == 1
     assert Task.objects.count() == 1
+
+
+PACKET = {
+    "tried": ["re-ran the migration"],
+    "ruled_out": [],
+    "evidence": [
+        {"kind": "query_result", "source": "SELECT 1", "payload_hash": "sha256:" + "ab" * 32}
+    ],
+    "smallest_unblocking_question": "Which field decides the discount tier?",
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_agents_asking_one_question_at_once_all_get_202_and_one_escalation(planner, coder):
+    """Eight tasks fail together on the same question: each packet is applied (a transaction
+    PostgreSQL rolls back to break a deadlock between two of them is applied again, never a
+    503), and they wait on one escalation."""
+    keys = [f"t{i}" for i in range(8)]
+    assert (
+        planner.post("run.started", {"run": "r1", "tasks": [task(k) for k in keys]}).status_code
+        == 202
+    )
+    hashes = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
+    for key in keys:
+        assert (
+            coder.post("task.started", {"run": "r1", "task": key, "attempt": hashes}).status_code
+            == 202
+        )
+    barrier = threading.Barrier(len(keys))
+    answers: list = []
+
+    def send(key: str) -> None:
+        client = Client()
+        data = {"run": "r1", "task": key, "packet": {**PACKET, "task": key}}
+        body = coder.body("packet.submitted", data)
+        extra = wsgi_headers(coder.headers(body))
+        barrier.wait()
+        response = client.generic(
+            "POST", coder.path, body, content_type="application/json", **extra
+        )
+        answers.append((response.status_code, response.json()))
+        connection.close()
+
+    threads = [threading.Thread(target=send, args=(key,)) for key in keys]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [status for status, _ in answers] == [202] * len(keys), answers
+    assert Escalation.objects.filter(status=Escalation.Status.OPEN).count() == 1
+    assert Task.objects.filter(state=Task.State.ESCALATED).count() == len(keys)
