@@ -497,7 +497,9 @@ def queue_page(args: argparse.Namespace) -> None:
             f"the page wrote: {[s for s in sql if not s.upper().startswith('SELECT')]}"
         )
 
-    with psycopg.connect(f"{PG}/{DB}", autocommit=True) as conn:
+    # As Django sends them: never prepared (psycopg prepares a statement it has run five times,
+    # and a prepared one skips the planner, which Django's page pays on every request).
+    with psycopg.connect(f"{PG}/{DB}", autocommit=True, prepare_threshold=None) as conn:
 
         def replay(each: list[float] | None = None) -> None:
             for n, statement in enumerate(sql):
