@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.cache import cache
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models.signals import post_delete, post_save
 
 from escalations import routing
 from escalations.models import Channel, DueRule, Pool, RoutingRule
+from fleet.keyring import drop_now_and_at_commit
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +113,7 @@ def load(fleet_id: int) -> Config:
 def forget(fleet_id: int | None) -> None:
     if fleet_id is None:
         return
-    key = cache_key(fleet_id)
-
-    def drop() -> None:
-        try:
-            cache.delete(key)
-        except Exception as exc:  # it expires on its own (TIMEOUT)
-            log.warning("routing of fleet %s not dropped from the cache: %s", fleet_id, exc)
-
-    drop()
-    transaction.on_commit(drop)
+    drop_now_and_at_commit(cache_key(fleet_id), f"routing of fleet {fleet_id}")
 
 
 def changed(sender: type, instance: Any, **kwargs: object) -> None:

@@ -64,13 +64,18 @@ def load(agent_id: uuid.UUID) -> dict[str, Any]:
 
 
 def forget(agent_id: uuid.UUID) -> None:
-    key = cache_key(agent_id)
+    drop_now_and_at_commit(cache_key(agent_id), f"keyring of agent {agent_id}")
+
+
+def drop_now_and_at_commit(key: str, what: str) -> None:
+    """Drop a cached entry whose rows change: now, and again at commit (a reader between the
+    two may have cached the rows as they were). The cache down: it expires on its own."""
 
     def drop() -> None:
         try:
             cache.delete(key)
-        except Exception as exc:  # it expires on its own (TIMEOUT)
-            log.warning("keyring of agent %s not dropped from the cache: %s", agent_id, exc)
+        except Exception as exc:  # the cache backend's own errors
+            log.warning("%s not dropped from the cache: %s", what, exc)
 
     drop()
     transaction.on_commit(drop)

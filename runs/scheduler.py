@@ -33,12 +33,33 @@ ESCALATION = "escalation:"  # a hold the desk placed: the frontier names it as t
 
 
 def world_for(run: Run) -> rule.World:
-    capabilities = list(
-        Capability.objects.filter(fleet_id=run.fleet_id).values_list("name", "status", "role")
+    claims = Claim.objects.filter(run=run).values_list(
+        "key", "status", "load_bearing", "task__key", "superseded"
     )
+    return world_of(
+        run,
+        capabilities=Capability.objects.filter(fleet_id=run.fleet_id).values_list(
+            "name", "status", "role"
+        ),
+        claims=claims,
+        held=holds.held(run),
+    )
+
+
+def world_of(
+    run: Run,
+    *,
+    capabilities: Iterable[Sequence[Any]],
+    claims: Iterable[Sequence[Any]],
+    held: Mapping[str, Iterable[str]],
+) -> rule.World:
+    """The run's world from its rows: the fleet's capabilities (name, status, role), the run's
+    claims (key, status, load_bearing, producer's key, superseded, ...) and its holds' codes by
+    task key."""
+    capabilities = list(capabilities)
     escalations = {
         key: tuple(code.removeprefix(ESCALATION) for code in codes if code.startswith(ESCALATION))
-        for key, codes in holds.held(run).items()
+        for key, codes in held.items()
     }
     return rule.World(
         down=frozenset(
@@ -55,9 +76,7 @@ def world_for(run: Run) -> rule.World:
                 load_bearing=load_bearing,
                 producer=None if superseded else producer,
             )
-            for key, status, load_bearing, producer, superseded in Claim.objects.filter(
-                run=run
-            ).values_list("key", "status", "load_bearing", "task__key", "superseded")
+            for key, status, load_bearing, producer, superseded, *_ in claims
         },
         escalations={key: ids for key, ids in escalations.items() if ids},
         policy=run.policy,
@@ -593,30 +612,11 @@ def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[in
         held: dict[str, list[str]] = {}
         for key, code, _, _ in sorted(rows.get(("o", run.pk), []), key=lambda r: (r[2], r[3])):
             held.setdefault(key, []).append(code)
-        escalations = {
-            key: tuple(c.removeprefix(ESCALATION) for c in codes if c.startswith(ESCALATION))
-            for key, codes in held.items()
-        }
-        capabilities = rows.get(("f", run.fleet_id), [])
-        world = rule.World(
-            down=frozenset(n for n, status, _ in capabilities if status == Capability.Status.DOWN),
-            unknown=frozenset(
-                n for n, status, _ in capabilities if status == Capability.Status.UNKNOWN
-            ),
-            stop_unnamed_roles=run.fleet.unnamed_roles_stop,
-            roles={role: n for n, _, role in capabilities if role},
-            claims={
-                key: rule.ClaimView(
-                    status=status,
-                    load_bearing=load_bearing,
-                    producer=None if superseded else producer,
-                )
-                for key, status, load_bearing, producer, superseded, _ in rows.get(
-                    ("c", run.pk), []
-                )
-            },
-            escalations={key: ids for key, ids in escalations.items() if ids},
-            policy=run.policy,
+        world = world_of(
+            run,
+            capabilities=rows.get(("f", run.fleet_id), []),
+            claims=rows.get(("c", run.pk), []),
+            held=held,
         )
         facts[run.pk] = (nodes, world)
     return facts

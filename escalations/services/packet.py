@@ -167,17 +167,7 @@ def lean_open(
     """A task's first stop: the packet joins the oldest waiting escalation that asks the same
     (None if that one was answered meanwhile), or opens its escalation, routed as it is
     written. On PostgreSQL the writes go together (`escalations.intake_sql`)."""
-    new = FailurePacket(
-        task=row,
-        agent=actor,
-        content=content,
-        smallest_unblocking_question=checked.smallest_unblocking_question,
-        question_key=question_key(checked.smallest_unblocking_question),
-        dedup_key=checked.dedup_key,
-        submitted_at=at,
-        from_draft=[],
-        checks_pending=bool(checked.evidence),
-    )
+    new = packet_row(row, actor, content, checked, at=at, from_draft=[])
     shared_id = getattr(row, "shared_escalation", None)
     if shared_id is not None:
         shared = (
@@ -322,7 +312,7 @@ def refuse_unless_waitable(row: Task) -> None:
         )
 
 
-def store_packet(
+def packet_row(
     row: Task,
     actor: Agent,
     content: object,
@@ -331,7 +321,8 @@ def store_packet(
     at: datetime,
     from_draft: list[str],
 ) -> FailurePacket:
-    stored = FailurePacket.objects.create(
+    """The packet's row, not written yet."""
+    return FailurePacket(
         task=row,
         agent=actor,
         content=content,
@@ -342,6 +333,19 @@ def store_packet(
         from_draft=from_draft,
         checks_pending=bool(checked.evidence),
     )
+
+
+def store_packet(
+    row: Task,
+    actor: Agent,
+    content: object,
+    checked: Packet,
+    *,
+    at: datetime,
+    from_draft: list[str],
+) -> FailurePacket:
+    stored = packet_row(row, actor, content, checked, at=at, from_draft=from_draft)
+    stored.save(force_insert=True)
     packet_checks.check_after_commit(stored)
     return stored
 
