@@ -40,8 +40,12 @@ demo-reset: install
 	$(PY) manage.py migrate --no-input -v 0
 	SITE_URL=http://127.0.0.1:$(PORT) LOG_LEVEL=WARNING $(PY) manage.py demo --reset --quiet
 
+# The suite in TEST_WORKERS processes (pytest-xdist), a test file to each at a time; each worker
+# has its own test database, Redis databases and var/ folder (tests/parallel.py). TEST_WORKERS=0
+# runs it in this process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

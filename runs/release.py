@@ -32,6 +32,6 @@ def released_by(
     more. Work that still waits on a prerequisite (even one the answer releases), or is blocked
     for another reason (a capability down, an unverified claim), is not released.
     """
-    ready = set(frontier(nodes, world).ready)
+    ready = set(frontier(nodes, world).ready if ready is None else ready)
     below = sorted(k for k in downstream(nodes, key) if k in ready)
     return ([key] if key in ready else []) + below

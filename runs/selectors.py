@@ -18,8 +18,8 @@ def runs_visible(fleet_ids: list[int]) -> QuerySet[Run]:
 def task_rows(run: Run) -> list[dict[str, Any]]:
     # Computed now, as GET .../frontier and the start gate compute them: the stored blockers
     # (the checkpoint) catch up in the worker a moment after each event.
-    nodes = scheduler.nodes_for(run)
-    now = frontier.frontier(nodes, scheduler.world_for(run))
+    nodes, world = scheduler.facts_of(run)
+    now = frontier.frontier(nodes, world)
     blockers = now.deferred
     ready_now = set(now.ready)
     live = run.state == Run.State.RUNNING

@@ -22,8 +22,7 @@ def release_preview(escalation: Escalation, task: Task | None = None) -> list[st
     escalation's task or for `task`, one that joined it."""
     task = task or escalation.task
     run = task.run
-    nodes = scheduler.nodes_for(run)
-    world = scheduler.world_for(run)
+    nodes, world = scheduler.facts_of(run)
     key = task.key
     if key not in nodes:
         return []

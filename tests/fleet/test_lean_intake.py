@@ -87,7 +87,8 @@ def test_a_start_that_consumes_claims_writes_them_with_its_row(big):
     # Naming a claim on starting asks the rule whether the task may start (the start gate);
     # the write raises the claim to load-bearing with the uses.
     named = {"run": "r1", "task": "w2", "attempt": HASHES, "consumes": ["kb"]}
-    assert big.post("task.started", named).status_code == 202
+    # The gate reads the run's facts in one statement: six in all, whatever the run's size.
+    assert statements(big, "task.started", named) <= 6 or not on_postgres()
     kb = Claim.objects.get(key="kb")
     assert kb.load_bearing and kb.raised_by == "named by w2 on task.started"
     used = ClaimUse.objects.filter(task__key="w2").values_list("claim__key", flat=True)
