@@ -58,3 +58,24 @@ def test_minutes_stay_minutes_and_long_ones_say_how_long_that_is(value, shown):
     from escalations.templatetags.desk import minutes
 
     assert minutes(value) == shown
+
+
+ROWS = [
+    {"title": 'Plan <the> "rules" & more', "blocks": [("capability:forge", False)]},
+    {"title": "", "blocks": [("capability:db", True), ("prerequisite:a<b", False)]},
+    {"title": "t", "blocks": []},
+]
+
+
+@pytest.mark.parametrize("fields", ROWS)
+def test_the_common_task_row_is_the_markup_its_partial_gives(fields):
+    from django.template.loader import get_template
+
+    from escalations.templatetags.desk import common_row
+
+    row = {
+        "anchor": "task-a&b", "key": "a&b", "agent": "coder", "shown": "pending",
+        "after": "x, <y>", "notes": False, "more": False, **fields,
+    }  # fmt: skip
+    assert common_row(row) == get_template("escalations/partials/task_row.html").render({"t": row})
+    assert "&lt;" in common_row(row) and "<y>" not in common_row(row)
