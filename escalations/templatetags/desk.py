@@ -158,6 +158,7 @@ def task_row(context: template.Context, t: dict[str, Any]) -> SafeString:
     actions renders partials/task_row.html, which gives the same markup for a common row (a
     test compares the two)."""
     if t["notes"] or t["more"]:
+        assert context.template is not None  # a tag is rendered within a template
         partial = context.template.engine.get_template("escalations/partials/task_row.html")
         with context.push(t=t):
             return partial.render(context)
