@@ -298,7 +298,11 @@ ESCALATION_MESSAGE_MAX_ATTEMPTS = envint("ESCALATION_MESSAGE_MAX_ATTEMPTS", "8")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # The level on the handler too: Django's own loggers (a 4xx's warning from django.request)
+    # reach it through the root without passing the root's level.
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "level": os.environ.get("LOG_LEVEL", "INFO")}
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
