@@ -29,7 +29,7 @@ from fleet.models import Agent
 from runs import scheduler
 from runs.claims.bearing import NO_SUBJECT, subjects_of
 from runs.claims.circular import AGENT_TEXT, cites_an_agent
-from runs.claims.posting import posted_reason
+from runs.claims.posting import evidence_of, posted_reason
 from runs.models import Artifact, Attempt, Claim, ClaimUse, Evidence, Prerequisite, Run, Task
 from runs.specs import ClaimSpec, Outcome
 from runs.task_state import FINISHED_FIELDS
@@ -210,25 +210,10 @@ class Stretch:
         self.taken.add((row.run_id, claim.key))
         if evidence is not None:
             agent_text = cites_an_agent(evidence.source)
-            self.writes.evidence.append(
-                (
-                    posted,
-                    Evidence(
-                        role="posted",
-                        kind=evidence.kind,
-                        source=evidence.source,
-                        payload_hash=evidence.payload_hash,
-                        payload=evidence.payload,
-                        datasource=evidence.datasource or "",
-                        workspace=evidence.workspace or "",
-                        submitted_by=by,
-                        task_id=row.pk,
-                        created_at=posting.at,
-                        verdict=Claim.Status.UNVERIFIED if agent_text or not subjects else "",
-                        verdict_reason=AGENT_TEXT if agent_text else "" if subjects else NO_SUBJECT,
-                    ),
-                )
-            )
+            stored = evidence_of(evidence, role="posted", by=by, task_id=row.pk, at=posting.at)
+            stored.verdict = Claim.Status.UNVERIFIED if agent_text or not subjects else ""
+            stored.verdict_reason = AGENT_TEXT if agent_text else "" if subjects else NO_SUBJECT
+            self.writes.evidence.append((posted, stored))
         below = self.below[row.pk]
         self.writes.uses += [
             (posted, pk, posting.at)

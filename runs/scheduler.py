@@ -92,7 +92,6 @@ TaskMeta = dict[str, tuple[int, bool, str, list[str]]]  # key -> (id, ready, age
 def nodes_for(
     run: Run,
     *,
-    extra_consumes: dict[str, Sequence[str]] | None = None,
     meta: TaskMeta | None = None,
 ) -> dict[str, rule.TaskNode]:
     """The run's tasks as the frontier rule sees them; fills `meta` with what writes need."""
@@ -101,7 +100,6 @@ def nodes_for(
         "task_id", "requires__key"
     ):
         edges.setdefault(task_id, []).append(key)
-    extra = extra_consumes or {}
     halted: dict[int, list[str]] = {}
     for task_id, claim in Halt.objects.filter(task__run=run, settled_at__isnull=True).values_list(
         "task_id", "key"
@@ -125,7 +123,7 @@ def nodes_for(
             effect=row["effect"],
             dependency_confidence=row["dependency_confidence"],
             transaction=row["transaction"] or None,
-            consumes=tuple(dict.fromkeys([*row["consumes"], *extra.get(key, ())])),
+            consumes=tuple(dict.fromkeys(row["consumes"])),
             weight=row["weight"],
             released=row["released"],
             implicit=not row["consumes_declared"],

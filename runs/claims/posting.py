@@ -22,11 +22,11 @@ from runs.ownership import (
 from runs.specs import ClaimSpec, EvidenceSpec
 
 
-def evidence_row(
-    claim: Claim, evidence: EvidenceSpec, *, role: str, by: str, task: Task, at: datetime
+def evidence_of(
+    evidence: EvidenceSpec, *, role: str, by: str, task_id: int, at: datetime
 ) -> Evidence:
-    return Evidence.objects.create(
-        claim=claim,
+    """The evidence's row, not written yet and not tied to its claim yet."""
+    return Evidence(
         role=role,
         kind=evidence.kind,
         source=evidence.source,
@@ -35,9 +35,18 @@ def evidence_row(
         datasource=evidence.datasource or "",
         workspace=evidence.workspace or "",
         submitted_by=by,
-        task=task,
+        task_id=task_id,
         created_at=at,
     )
+
+
+def evidence_row(
+    claim: Claim, evidence: EvidenceSpec, *, role: str, by: str, task: Task, at: datetime
+) -> Evidence:
+    row = evidence_of(evidence, role=role, by=by, task_id=task.pk, at=at)
+    row.claim = claim
+    row.save(force_insert=True)
+    return row
 
 
 def posted_reason(evidence: EvidenceSpec | None, *, imported: bool, subjects: bool) -> str:
