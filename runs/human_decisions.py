@@ -187,7 +187,14 @@ def reframe_by_answer(
     payload = {"question": "", "answer": answer, "escalation": escalation}
     runs = list({item.run.pk: item.run for item in tasks}.values())
     decided = {item.task.pk: scheduler.History() for item in tasks}
-    facts = scheduler.facts_for(runs, decided=decided)
+    # Only what decides the answered tasks' frontier and the work below them is read (with the
+    # claims the answer's own key could take), however large the runs.
+    around = [item.task.pk for item in tasks]
+    claim_key = f"answer.escalation-{escalation}"
+    keys = [claim_key]
+    for item in tasks:
+        keys += [f"{claim_key}.{item.task.key}", f"{claim_key}.task-{item.task.pk}"]
+    facts = scheduler.facts_for(runs, decided=decided, around=around, keys=keys)
     refuted = [item for item in tasks if decided[item.task.pk].refuted]
     for item in refuted:  # rare: the answer takes the place of refuted claims others consume
         asked = {**payload, "question": item.question}
@@ -199,7 +206,7 @@ def reframe_by_answer(
         )
     if refuted:  # the claims changed: read the facts again
         decided = {item.task.pk: scheduler.History() for item in tasks}
-        facts = scheduler.facts_for(runs, decided=decided)
+        facts = scheduler.facts_for(runs, decided=decided, around=around, keys=keys)
     prior = {task_id: accumulated(found.decisions) for task_id, found in decided.items()}
     writes: list[Insert | Update] = []
     decisions, deliveries, claimed = (
@@ -210,7 +217,7 @@ def reframe_by_answer(
     for item in tasks:
         run, task = item.run, item.task
         nodes, world = facts[run.pk]
-        key = f"answer.escalation-{escalation}"
+        key = claim_key
         if key in claimed[run.pk]:  # another task of the run waits on the same escalation
             key = f"{key}.{task.key}" if len(key) + len(task.key) < 200 else f"{key}.task-{task.pk}"
         claimed[run.pk].add(key)

@@ -1,10 +1,10 @@
 """What a change releases: the work downstream of a task, and which of it the frontier now lets go."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from runs.frontier import UNFINISHED, TaskNode, World, dependants, frontier
 
-__all__ = ["UNFINISHED", "downstream", "released_by"]
+__all__ = ["UNFINISHED", "downstream", "region", "released_by"]
 
 
 def downstream(nodes: dict[str, TaskNode], key: str) -> list[str]:
@@ -35,3 +35,35 @@ def released_by(
     ready = set(frontier(nodes, world).ready if ready is None else ready)
     below = sorted(k for k in downstream(nodes, key) if k in ready)
     return ([key] if key in ready else []) + below
+
+
+def region(nodes: Mapping[str, TaskNode], keys: Iterable[str]) -> set[str]:
+    """The tasks that decide the frontier of `keys` and of everything below them: those tasks,
+    and, closed over both, every task they depend on and every member of their transaction
+    groups. The frontier computed on the region alone is the run's own for each of its tasks,
+    unless a global halt holds (it looks at every unfinished task of the run); the claims it
+    needs are those its tasks post, name in `consumes` or are halted on.
+
+    `scheduler.facts_for(..., around=)` reads just these on PostgreSQL: an answer no longer
+    reads the whole run to say what it releases."""
+    reverse = dependants(nodes)
+    found = {key for key in keys if key in nodes}
+    stack = list(found)
+    while stack:  # everything below
+        for dependant in reverse.get(stack.pop(), ()):
+            if dependant not in found:
+                found.add(dependant)
+                stack.append(dependant)
+    groups: dict[str, list[str]] = {}
+    for key, node in nodes.items():
+        if node.transaction is not None:
+            groups.setdefault(node.transaction, []).append(key)
+    stack = list(found)
+    while stack:  # and what decides it
+        node = nodes[stack.pop()]
+        near = [*node.prerequisites, *groups.get(node.transaction or "", ())]
+        for key in near:
+            if key in nodes and key not in found:
+                found.add(key)
+                stack.append(key)
+    return found

@@ -1,7 +1,7 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -498,31 +498,31 @@ Facts = tuple[dict[str, rule.TaskNode], rule.World]
 # on the run: on tables not yet analysed the planner scanned all the run's tasks once per hold,
 # which made an answer in a run with 200 escalated tasks 25 ms slower. Each kind's rows come
 # back as one JSON array (`json_agg`): psycopg parsing one document per kind, not one per row,
-# takes half as long to hand a run of 400 tasks back.
+# takes half as long to hand a run of 400 tasks back. `{...}` say which tasks: every task of
+# the runs (`WHOLE`), or a region of them (`AROUND`, see `facts_for`).
 FACTS_SQL = """
+{region}
 SELECT kind, owner, json_agg(row) FROM (
 SELECT 't', t.run_id, json_build_array(t.id, t.key, t.state, t.capabilities, t.reads_state_of,
     t.effect, t.dependency_confidence, t."transaction", t.consumes, t.consumes_declared, t.checks,
     t.weight, t.released)
-  FROM runs_task t WHERE t.run_id = ANY(%(runs)s)
+  FROM runs_task t WHERE {tasks}
 UNION ALL
 SELECT 'p', t.run_id, json_build_array(p.task_id, p.id, r.key)
   FROM runs_prerequisite p JOIN runs_task t ON t.id = p.task_id JOIN runs_task r ON r.id = p.requires_id
-  WHERE t.run_id = ANY(%(runs)s)
+  WHERE {edges}
 UNION ALL
 SELECT 'h', t.run_id, json_build_array(h.task_id, h.id, h.key)
   FROM runs_halt h JOIN runs_task t ON t.id = h.task_id
-  WHERE h.task_id = ANY(ARRAY(SELECT id FROM runs_task WHERE run_id = ANY(%(runs)s)))
-    AND h.settled_at IS NULL
+  WHERE h.task_id = ANY({ids}) AND h.settled_at IS NULL
 UNION ALL
 SELECT 'o', t.run_id, json_build_array(t.key, o.code, extract(epoch FROM o.placed_at), o.id)
   FROM runs_hold o JOIN runs_task t ON t.id = o.task_id
-  WHERE o.task_id = ANY(ARRAY(SELECT id FROM runs_task WHERE run_id = ANY(%(runs)s)))
-    AND o.lifted_at IS NULL
+  WHERE o.task_id = ANY({ids}) AND o.lifted_at IS NULL
 UNION ALL
 SELECT 'c', c.run_id, json_build_array(c.key, c.status, c.load_bearing, t.key, c.superseded,
     c.task_id)
-  FROM runs_claim c JOIN runs_task t ON t.id = c.task_id WHERE c.run_id = ANY(%(runs)s)
+  FROM runs_claim c JOIN runs_task t ON t.id = c.task_id WHERE {claims}
 UNION ALL
 SELECT 'f', f.fleet_id, json_build_array(f.name, f.status, f.role)
   FROM fleet_capability f WHERE f.fleet_id = ANY(%(fleets)s)
@@ -537,6 +537,46 @@ UNION ALL
   FROM runs_attempt a WHERE a.task_id = ANY(%(decided)s) ORDER BY a.task_id, a.number DESC)
 ) AS facts(kind, owner, row) GROUP BY kind, owner
 """
+WHOLE = FACTS_SQL.format(
+    region="",
+    tasks="t.run_id = ANY(%(runs)s)",
+    edges="t.run_id = ANY(%(runs)s)",
+    ids="ARRAY(SELECT id FROM runs_task WHERE run_id = ANY(%(runs)s))",
+    claims="c.run_id = ANY(%(runs)s)",
+)
+# `release.region` of the tasks `%(around)s`: every task below them, then, closed over both,
+# what they depend on and their transaction groups' members. Its claims: those its tasks post,
+# name in `consumes` or are halted on, and the keys `%(keys)s` asked for by name.
+AROUND = FACTS_SQL.format(
+    region="""
+WITH RECURSIVE below(id) AS (
+    SELECT unnest(%(around)s::bigint[])
+  UNION
+    SELECT p.task_id FROM runs_prerequisite p JOIN below b ON p.requires_id = b.id
+), region(id) AS (
+    SELECT id FROM below
+  UNION
+    SELECT near.id FROM region x CROSS JOIN LATERAL (
+        SELECT p.requires_id FROM runs_prerequisite p WHERE p.task_id = x.id
+      UNION ALL
+        SELECT g.id FROM runs_task m
+          JOIN runs_task g ON g.run_id = m.run_id AND g."transaction" = m."transaction"
+          WHERE m.id = x.id AND m."transaction" <> ''
+    ) AS near(id)
+)""",
+    tasks="t.id = ANY(ARRAY(SELECT id FROM region))",
+    edges="p.task_id = ANY(ARRAY(SELECT id FROM region))",
+    ids="ARRAY(SELECT id FROM region)",
+    claims="""c.run_id = ANY(%(runs)s) AND (
+    c.task_id = ANY(ARRAY(SELECT id FROM region))
+    OR c.key = ANY(ARRAY(
+        SELECT jsonb_array_elements_text(n.consumes) FROM runs_task n
+          WHERE n.id = ANY(ARRAY(SELECT id FROM region))
+        UNION ALL
+        SELECT n.key FROM runs_halt n
+          WHERE n.task_id = ANY(ARRAY(SELECT id FROM region)) AND n.settled_at IS NULL))
+    OR c.key = ANY(%(keys)s))""",
+)
 
 
 @dataclass
@@ -554,10 +594,22 @@ class History:
 Decided = dict[int, History]  # task id -> its history
 
 
-def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[int, Facts]:
+def facts_for(
+    runs: Sequence[Run],
+    *,
+    decided: Decided | None = None,
+    around: Collection[int] = (),
+    keys: Sequence[str] = (),
+) -> dict[int, Facts]:
     """Each run's tasks and world as the frontier rule sees them (`nodes_for`, `world_for`):
     on PostgreSQL in one statement for all the runs, elsewhere run by run. `decided`, keyed by
-    task ids, is filled with those tasks' decisions (read with the rest)."""
+    task ids, is filled with those tasks' decisions (read with the rest).
+
+    `around` (task ids) asks only for the frontier of those tasks and of the work below them:
+    on PostgreSQL just their region is read (`release.region`: the tasks whose facts decide
+    theirs), with the claims its tasks post, consume or are halted on, and those named `keys`
+    (which may be anywhere in the run). The frontier of every task read is the run's own. A
+    run under a global halt is read whole: whether it halts depends on every task."""
     decided = {} if decided is None else decided
     if connection.vendor != "postgresql":
         ids = list(decided)
@@ -580,14 +632,15 @@ def facts_for(runs: Sequence[Run], *, decided: Decided | None = None) -> dict[in
         return {run.pk: (nodes_for(run), world_for(run)) for run in runs}
     rows: dict[tuple[str, int], list[list[Any]]] = {}
     with connection.cursor() as cursor:
-        cursor.execute(
-            FACTS_SQL,
-            {
-                "runs": sorted({r.pk for r in runs}),
-                "fleets": sorted({r.fleet_id for r in runs}),
-                "decided": sorted(decided),
-            },
-        )
+        params = {
+            "runs": sorted({r.pk for r in runs}),
+            "fleets": sorted({r.fleet_id for r in runs}),
+            "decided": sorted(decided),
+        }
+        if around and all(r.policy != Run.Policy.GLOBAL_HALT for r in runs):
+            cursor.execute(AROUND, {**params, "around": sorted(around), "keys": list(keys)})
+        else:
+            cursor.execute(WHOLE, params)
         for kind, owner, values in cursor.fetchall():
             rows[(kind, owner)] = json.loads(values) if isinstance(values, str) else values
     for task_id, history in decided.items():

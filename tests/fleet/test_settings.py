@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = {
     "BULKHEAD_EMBEDDED": "0",
@@ -115,3 +117,22 @@ def test_agent_create_prints_the_endpoint_of_the_app_as_make_run_serves_it(tmp_p
         text=True, timeout=60,
     )  # fmt: skip
     assert done.stdout.strip() == "http://127.0.0.1:9123", done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("query", "expected"), [("", "off"), ("?options=-c%20jit%3Don", "on")])
+def test_postgresql_connections_run_without_jit_unless_the_url_says(query, expected):
+    url = os.environ["DATABASE_URL"].split("?")[0] + query
+    code = (
+        "import django; django.setup(); from django.db import connection;"
+        "c = connection.cursor(); c.execute('SHOW jit'); print(c.fetchone()[0])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "fleet.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == [expected], done.stderr

@@ -1,7 +1,13 @@
 """What a change releases: the work downstream that the frontier now lets go."""
 
-from runs.frontier import ClaimView, TaskNode, World
-from runs.release import released_by
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runs.frontier import ClaimView, TaskNode, World, frontier
+from runs.release import region, released_by
+from tests.runs.test_frontier import Nodes, runs, worlds
 
 
 def test_released_by_counts_only_the_tasks_the_answer_makes_ready():
@@ -24,3 +30,39 @@ def test_released_by_counts_only_the_tasks_the_answer_makes_ready():
     # An answered task that is itself blocked is not released either.
     blocked = {**nodes, "plan": TaskNode("plan", capabilities=("forge",))}
     assert released_by(blocked, world, "plan") == ["resolver"]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(runs(), worlds(policy="scoped"), st.sets(st.sampled_from([f"t{i}" for i in range(12)])))
+def test_the_frontier_of_a_region_is_the_runs_own_for_its_tasks(
+    nodes: Nodes, world: World, around: set[str]
+) -> None:
+    found = region(nodes, around)
+    alone = {key: nodes[key] for key in found}
+    named = {c for key in found for c in (*nodes[key].consumes, *nodes[key].halted_on)}
+    seen = replace(
+        world,
+        claims={c: v for c, v in world.claims.items() if v.producer in found or c in named},
+        escalations={k: v for k, v in world.escalations.items() if k in found},
+    )
+
+    whole, part = frontier(nodes, world), frontier(alone, seen)
+
+    assert set(part.ready) == set(whole.ready) & found
+    assert part.deferred == {k: v for k, v in whole.deferred.items() if k in found}
+    for key in around & nodes.keys():
+        assert released_by(alone, seen, key) == released_by(nodes, world, key)
+
+
+def test_a_region_holds_what_is_below_and_what_decides_it():
+    nodes = {
+        "up": TaskNode("up"),
+        "a": TaskNode("a", prerequisites=("up",)),
+        "b": TaskNode("b", prerequisites=("a",)),
+        "peer": TaskNode("peer", transaction="g", prerequisites=("far",)),
+        "far": TaskNode("far"),
+        "c": TaskNode("c", prerequisites=("a",), transaction="g"),
+        "beside": TaskNode("beside", prerequisites=("up",)),  # shares an ancestor only
+        "under-peer": TaskNode("under-peer", prerequisites=("peer",)),
+    }
+    assert region(nodes, ["a"]) == {"up", "a", "b", "c", "peer", "far"}
