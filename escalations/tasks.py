@@ -9,6 +9,23 @@ from datetime import datetime
 from celery import shared_task
 
 from escalations.services import messages, packet_checks, routing
+from fleet import deliveries
+from runs import scheduler
+from runs.models import Run
+
+
+@shared_task(acks_late=True)
+def answered(delivery_ids: list[int], run_ids: list[int]) -> None:
+    """What an answer sends once committed, in one message and this order: its notifications
+    (`task.reframed` first, the agent waits for it), then its runs' frontiers caught up (what
+    the answer released is told with `task.ready`). Nothing of the recompute competes with the
+    agent's notification. A message lost is found again: the deliveries and the frontier
+    changes are in the database, and the reconciler enqueues them."""
+    for delivery_id in delivery_ids:
+        deliveries.send(delivery_id)
+    for run_id in run_ids:
+        if Run.objects.filter(pk=run_id).exists():
+            scheduler.recompute(run_id, [], None, None)
 
 
 @shared_task(acks_late=True)

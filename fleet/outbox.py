@@ -44,6 +44,11 @@ def sending_held() -> Iterator[None]:
         _held.reset(token)
 
 
+def held() -> bool:
+    """Whether notifications are recorded without being sent (`sending_held`)."""
+    return _held.get()
+
+
 def notify(
     fleet: Fleet, type: str, data: dict[str, Any], *, at: datetime | None = None
 ) -> Delivery | None:

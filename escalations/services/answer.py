@@ -7,6 +7,7 @@ from typing import Any, cast
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from escalations import tasks
 from escalations.models import Answer, Escalation, FailurePacket, JoinedTask
 from escalations.services import joining
 from escalations.services.state import (
@@ -20,9 +21,10 @@ from escalations.services.state import (
     refuse_unless_running,
 )
 from fleet import rows
+from fleet.broker import after_commit
 from fleet.errors import Refusal
-from fleet.models import Agent, Fleet
-from fleet.outbox import prepared, send_after_commit
+from fleet.models import Agent, Delivery, Fleet
+from fleet.outbox import held, prepared, send_after_commit
 from fleet.together import Insert, Update, together
 from runs import human_decisions, scheduler
 from runs.models import Run, Task
@@ -188,9 +190,18 @@ def answering(*, escalation_id: int, reviewer: Any, text: str, option: str | Non
         *done.writes,
         Insert(deliveries),
     )
-    send_after_commit(deliveries)  # task.reframed first: the agent waits for it
-    scheduler.recompute_runs_after_commit(done.runs)
+    sent_after_commit(deliveries, done.runs)
     return Answered(answer=answer, released=released, blockers=reframed.blockers)
+
+
+def sent_after_commit(deliveries: list[Delivery], runs: list[int]) -> None:
+    """The answer's notifications, `task.reframed` first, then its runs' recomputes: one message
+    after commit (`escalations.tasks.answered`); the recomputes alone while sending is held."""
+    if held() or not deliveries:
+        send_after_commit(deliveries)
+        scheduler.recompute_runs_after_commit(runs)
+        return
+    after_commit(tasks.answered, [d.pk for d in deliveries], runs)
 
 
 class JoinsChanged(Exception):
