@@ -246,7 +246,8 @@ def reframe_by_answer(
             run=run, task=task, attempt_id=attempt[0] if attempt else None, action=Decision.Action.REFRAME,
             reason=(
                 f"Reframe: {reviewer} answered escalation {escalation} "
-                f"({item.question}): {answer}. The next attempt gets the answer as ground truth."
+                f"({item.question}): {sentence(answer)} The next attempt gets the answer as ground "
+                "truth."
             ),
             ground_truth=[truth], created_at=at, acted_at=at,
         )  # fmt: skip
@@ -315,3 +316,9 @@ def accumulated(decisions: list[tuple[list[Any], str]]) -> tuple[list[Any], str 
         truth += [item for item in given if item not in truth]
         scope = its_scope or scope
     return truth, scope
+
+
+def sentence(text: str) -> str:
+    """The reviewer's answer as a sentence in a decision's reason: ended once, not twice."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?", "…")) else f"{text}."

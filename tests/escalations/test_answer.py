@@ -74,6 +74,16 @@ def test_the_answer_reframes_the_task_and_releases_the_waiting_work(desk, alice)
     assert answered.payload["data"]["released"] == ["plan"]
 
 
+@pytest.mark.parametrize(
+    "text", ["Use the loyalty_points threshold", "Use the loyalty_points threshold.  "]
+)
+def test_the_decision_quotes_the_answer_as_one_sentence(desk, alice, text):
+    escalation = desk.escalate()
+    answer(signed_in(alice), escalation, text=text)
+    reason = Decision.objects.get(task__key="plan", action="reframe").reason
+    assert ": Use the loyalty_points threshold. The next attempt gets the answer" in reason
+
+
 def test_the_agents_next_context_carries_the_answer_as_ground_truth(client, desk, alice):
     escalation = desk.escalate()
     answer(signed_in(alice), escalation, text="loyalty_points >= 1000 is gold")
