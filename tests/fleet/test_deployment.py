@@ -2,8 +2,16 @@
 a broker outage rather than exit."""
 
 import configparser
+import contextlib
+import os
 import re
+import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from fleet.celery import app
 
@@ -55,3 +63,73 @@ def test_make_run_supervises_its_worker():
     assert "supervise_worker" in script
     loop = script[script.index("supervise_worker() {") :]
     assert "while true" in loop and "celery -A fleet worker" in loop
+
+
+# Stand-ins for the worker and the web server: each logs the signals it gets; the worker, like
+# Celery, starts itself again on a hang-up.
+STAND_IN_WORKER = """#!/usr/bin/env bash
+trap 'echo "HUP $$" >>var/signals.log; exec "$0" "$@"' HUP
+trap 'echo "TERM $$" >>var/signals.log; exit 0' TERM
+trap 'echo "INT $$" >>var/signals.log; exit 0' INT
+echo "started $$" >>var/signals.log
+while true; do sleep 0.05; done
+"""
+STAND_IN_WEB = """#!/usr/bin/env bash
+trap 'exit 0' TERM INT HUP
+while true; do sleep 0.05; done
+"""
+
+
+def started_like_a_terminal(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """bin/run-embedded in a copy whose worker and web server are the stand-ins, in a session
+    of its own (as a terminal's foreground job is), with the terminal's signals not ignored."""
+    (tmp_path / "bin").mkdir()
+    shutil.copy(ROOT / "bin" / "run-embedded", tmp_path / "bin")
+    tools = tmp_path / ".venv" / "bin"
+    tools.mkdir(parents=True)
+    for name, text in [("celery", STAND_IN_WORKER), ("gunicorn", STAND_IN_WEB)]:
+        (tools / name).write_text(text)
+        (tools / name).chmod(0o755)
+
+    def default_signals() -> None:
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+
+    script = subprocess.Popen(
+        ["bash", str(tmp_path / "bin" / "run-embedded"), "1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, preexec_fn=default_signals,
+    )  # fmt: skip
+    log = tmp_path / "var" / "signals.log"
+    deadline = time.monotonic() + 20
+    while not (log.exists() and "started" in log.read_text()):
+        assert time.monotonic() < deadline, "the worker was not started"
+        time.sleep(0.05)
+    return script
+
+
+def left_running(group: int) -> list[str]:
+    listed = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True)
+    return listed.stdout.split()
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM], ids=["ctrl-c", "hang-up", "term"]
+)
+def test_make_run_stops_its_worker_once_when_stopped_or_its_terminal_closes(tmp_path, sig):
+    script = started_like_a_terminal(tmp_path)
+    worker = int((tmp_path / "var" / "worker.pid").read_text())
+    try:
+        os.killpg(script.pid, sig)  # what the terminal sends its foreground job
+        assert script.wait(timeout=20) == 0
+        log = (tmp_path / "var" / "signals.log").read_text().split("\n")
+        # The worker got TERM from its supervisor, not the hang-up it would restart on.
+        assert [line.split()[0] for line in log if line] == ["started", "TERM"]
+        deadline = time.monotonic() + 10
+        while left_running(script.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert left_running(script.pid) == []
+    finally:  # nothing left behind when it fails
+        for pid in [script.pid, worker]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
