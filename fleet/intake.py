@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
@@ -83,18 +83,19 @@ def over_rate(agent: Agent) -> int:
 
 def counted(key: str, *, timeout: int) -> int:
     """One more request under `key`, which lapses `timeout` seconds after the first: on Redis
-    one round trip (INCR, and EXPIRE when the count is new), elsewhere the cache's own calls."""
-    if isinstance(cache, RedisCache):
-        name = cache.make_and_validate_key(key)
-        pipeline = cache._cache.get_client(name, write=True).pipeline(transaction=False)
+    one round trip (SET NX with the expiry, then INCR), elsewhere the cache's own calls."""
+    backend = caches[DEFAULT_CACHE_ALIAS]  # `cache` is a proxy: never an instance of a backend
+    if isinstance(backend, RedisCache):
+        name = backend.make_and_validate_key(key)
+        pipeline = backend._cache.get_client(name, write=True).pipeline(transaction=False)
+        pipeline.set(name, 0, ex=timeout, nx=True)
         pipeline.incr(name)
-        pipeline.expire(name, timeout, nx=True)
-        return int(pipeline.execute()[0])
-    cache.add(key, 0, timeout=timeout)
+        return int(pipeline.execute()[1])
+    backend.add(key, 0, timeout=timeout)
     try:
-        return int(cache.incr(key))
+        return int(backend.incr(key))
     except ValueError:
-        cache.set(key, 1, timeout=timeout)
+        backend.set(key, 1, timeout=timeout)
         return 1
 
 
