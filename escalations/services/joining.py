@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from escalations.models import Escalation, FailurePacket, JoinedTask
 from escalations.packets import same_question
+from escalations.services import routing
 from escalations.services.state import (
     hold_of,
     lock_escalation,
@@ -178,6 +179,7 @@ def hand_over(escalation: Escalation, *, why: str, at: datetime) -> Escalation |
                 attempt_number=joined.task.attempts.count(),
                 at=at,
             )
+            routing.route_new(moved, at=at)  # routed as any new escalation: pool, due, messages
             notify_opened(moved)
         else:
             leave(
@@ -259,6 +261,7 @@ def escalation_split(*, escalation: Escalation, reviewer: Any, task_id: int) -> 
         attempt_number=task.attempts.count(),
         at=now,
     )
+    routing.route_new(split, at=now)
     leave(
         joined,
         left=JoinedTask.Left.SPLIT,

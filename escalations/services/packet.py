@@ -419,6 +419,7 @@ def packet_of_joined(
         attempt_number=Attempt.objects.filter(task=row).count(),
         at=at,
     )
+    routing.route_new(escalation, at=at)
     task_state.escalated(row)
     notify_opened(escalation, checked, reopened=False)
     scheduler.mark_changed(found, [row.key])

@@ -15,6 +15,7 @@ from runs.models import Blocker, Claim, Hold, Task
 from tests.conftest import REFUSED_CALLBACK, make_sender, signed_in
 from tests.escalations.desk import QUESTION, Desk, packet
 from tests.escalations.drafting import escalated_by_the_policy, orders_database
+from tests.escalations.routed import due, pool, route
 
 pytestmark = pytest.mark.django_db
 
@@ -437,3 +438,45 @@ def test_rerouting_the_escalations_task_hands_the_joined_task_a_new_escalation(d
     }
     page = signed_in(alice).get(f"/escalations/{shared}/").content.decode()
     assert f"escalation {shared} rerouted by alice</strong>" in page
+
+
+def routed_like_any_other(escalation: Escalation) -> None:
+    """Pool, reviewer, due time and the assignment in its history, as a packet's own gets."""
+    escalation.refresh_from_db()
+    assert escalation.pool is not None and escalation.pool.name == "desk-pool"
+    assert escalation.assignee is not None and escalation.due_at is not None
+    assert escalation.assignments.filter(kind="routed").count() == 1
+
+
+@pytest.fixture
+def pooled(desk, alice):
+    pool(desk.fleet, "desk-pool", "alice")
+    route(desk.fleet, "desk-pool")
+    due(desk.fleet, 240)
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    routed_like_any_other(Escalation.objects.get(pk=shared))
+    submit(desk, "r-coder")
+    return shared
+
+
+def test_the_escalation_a_joined_task_moves_to_is_routed(desk, alice, pooled):
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        escalation_abort(escalation=Escalation.objects.get(pk=pooled), reviewer=alice, reason="no")
+    routed_like_any_other(Escalation.objects.get(task__run__key="r-coder"))
+
+
+def test_the_escalation_split_off_for_a_joined_task_is_routed(desk, alice, pooled):
+    task = Task.objects.get(run__key="r-coder")
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        signed_in(alice).post(
+            f"/escalations/{pooled}/split/", {"task": task.pk}, HTTP_HX_REQUEST="true"
+        )
+    routed_like_any_other(Escalation.objects.get(task=task))
+
+
+def test_the_escalation_of_a_joined_task_asking_another_question_is_routed(desk, pooled):
+    other = send_packet(
+        desk, "r-coder", smallest_unblocking_question="Which currency do we bill in?"
+    )
+    routed_like_any_other(Escalation.objects.get(pk=other.json()["escalation"]))
