@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Count, Q
 
 from escalations import reports
-from escalations.models import Escalation, EscalationStep
+from escalations.models import Escalation, EscalationStep, JoinedTask
 from escalations.routing import overdue
 from escalations.selectors.radius import radii_for
 from runs.models import Artifact, Attempt, Claim, Run, Task
@@ -146,6 +146,14 @@ def escalation_health(
     if since is not None:
         tasks = tasks.filter(run__started_at__gte=since)
     states = dict(tasks.values_list("state").annotate(n=Count("id")).order_by())
+    # Handed to a person: each escalation's own task, and each task that joined one (its
+    # question was the same, and it waited on the same answer).
+    escalations = Escalation.objects.filter(fleet_id__in=list(fleet_ids))
+    if since is not None:
+        escalations = escalations.filter(opened_at__gte=since)
+    joined = JoinedTask.objects.filter(escalation__in=escalations.values("id"))
+    handed = set(escalations.values_list("task_id", flat=True))
+    handed |= set(joined.values_list("task_id", flat=True))
     return {
         "rows": rows,
         "first_look": reports.stats(r["first_look_minutes"] for r in rows),
@@ -159,7 +167,7 @@ def escalation_health(
         "early": sum(1 for r in rows if r["early"]),
         "late_disasters": sum(len(r["late_disasters"]) for r in runs),
         "escalations": len(rows),
-        "escalated_tasks": len({(r["run"], r["task"]) for r in rows}),
+        "escalated_tasks": len(handed),
         "failed_tasks": states.get(Task.State.FAILED, 0),
         "cancelled_tasks": states.get(Task.State.CANCELLED, 0),
         "by_status": {
@@ -197,5 +205,6 @@ def timeliness_report(
         )
     return {
         "fleets": reports.timeliness(facts, "fleet"),
-        "reviewers": [r for r in reports.timeliness(facts, "reviewer") if r["name"]],
+        # Nobody's (unassigned and unanswered) last, so the rows add up to the fleets'.
+        "reviewers": sorted(reports.timeliness(facts, "reviewer"), key=lambda r: not r["name"]),
     }
