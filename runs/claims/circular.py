@@ -6,7 +6,11 @@ a file another task of the run reported as its artifact: reality matches the evi
 evidence is the fleet's own output. docs/evidence.md lists the reasons an agent sees.
 """
 
+import os
 import re
+import stat
+from collections.abc import Mapping
+from pathlib import Path, PurePath
 from typing import Final
 
 from runs.models import Artifact, Claim, Evidence
@@ -50,24 +54,68 @@ def producers(claim: Claim) -> set[str]:
 
 def artifact_read(claim: Claim, row: Evidence) -> str | None:
     """A file_read of a file that another task of the run reported as its artifact."""
+    paths = read_paths(row)
+    for artifact in others_artifacts(claim, row):
+        for path in paths:
+            if same_file(path, artifact.ref) or (artifact.url and same_file(path, artifact.url)):
+                return artifact_reason(path, artifact)
+    return None
+
+
+def artifact_read_through(claim: Claim, row: Evidence, workspaces: Mapping[str, str]) -> str | None:
+    """The same, by the file the read reaches in its workspace: a link or another spelling of
+    an artifact's path (`alias.txt` linked to the reported `f.txt`) is still the artifact."""
+    name = row.workspace or (next(iter(workspaces)) if len(workspaces) == 1 else None)
+    if name is None or name not in workspaces:
+        return None  # the verifier cannot read it either, and says why
+    root = Path(workspaces[name])
+    read = {found: path for path in read_paths(row) if (found := file_in(root, path))}
+    if not read:
+        return None
+    for artifact in others_artifacts(claim, row):
+        reported = file_in(root, artifact.ref)
+        if reported is not None and reported in read:
+            return artifact_reason(read[reported], artifact)
+    return None
+
+
+def file_in(root: Path, path: str) -> tuple[int, int] | None:
+    """The file `path` names in the workspace at `root` (device and inode, links followed), or
+    None when it names none there."""
+    if not path or "\x00" in path or ".." in PurePath(path).parts:
+        return None
+    try:
+        found = os.stat(root / path.strip())
+    except (OSError, ValueError):
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISREG(found.st_mode) else None
+
+
+def read_paths(row: Evidence) -> set[str]:
+    """The paths a file_read names: in its source (path:start-end) and its payload."""
     paths = set()
     match = _LINE_RANGE.fullmatch(row.source.strip())
     if match is not None:
         paths.add(match["path"])
     if isinstance(row.payload, dict) and isinstance(row.payload.get("path"), str):
         paths.add(row.payload["path"])
+    return paths
+
+
+def others_artifacts(claim: Claim, row: Evidence) -> list[Artifact]:
+    """The run's artifacts, but those of the task submitting `row` (its own files are its work)."""
     artifacts = Artifact.objects.filter(task__run_id=claim.run_id).select_related("task")
-    if row.task_id is not None:  # the submitting task's own files are its work, not circular
+    if row.task_id is not None:
         artifacts = artifacts.exclude(task_id=row.task_id)
-    for artifact in artifacts.order_by("id"):
-        for path in paths:
-            if same_file(path, artifact.ref) or (artifact.url and same_file(path, artifact.url)):
-                return (
-                    f"{path} is the artifact task {artifact.task.key} reported "
-                    f"({artifact.kind} {artifact.ref}): the run's own output is not evidence, "
-                    "and reading it never verifies a claim"
-                )
-    return None
+    return list(artifacts.order_by("id"))
+
+
+def artifact_reason(path: str, artifact: Artifact) -> str:
+    return (
+        f"{path} is the artifact task {artifact.task.key} reported "
+        f"({artifact.kind} {artifact.ref}): the run's own output is not evidence, "
+        "and reading it never verifies a claim"
+    )
 
 
 def same_file(path: str, reported: str) -> bool:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from fleet.models import VerificationSource
 from runs import halts, retries
 from runs.claims import consumers
+from runs.claims.circular import artifact_read_through
 from runs.claims.hashing import HUMAN_ANSWER
 from runs.claims.judging import (
     Change,
@@ -110,6 +111,8 @@ def re_check(claim: Claim, row: Evidence, sources: Sources, with_limits: Limits 
     """The verifier's verdict on `row`; not run for evidence that cannot settle the claim anyway
     (a circular check, a claim with no subject): judging says why."""
     why = before_reality(claim, row)
+    if why is None and row.kind == "file_read":
+        why = artifact_read_through(claim, row, sources.workspaces)
     if why is not None:
         return Verdict("unverified", why)
     return verify_in_time(as_evidence(row), sources, with_limits or limits())

@@ -338,6 +338,44 @@ def test_a_file_read_of_the_plan_artifact_does_not_verify(seed, orders, tmp_path
     the_coder_waits(seed)
 
 
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_file_read_of_the_plan_artifact_through_a_link_does_not_verify(
+    seed, orders, tmp_path: Path, link: str
+):
+    """The careless agent's way around the rule above: a link to the artifact, by another name."""
+    board = tmp_path / "board"
+    board.mkdir()
+    (board / "plan.md").write_text(f"# Plan\n\n{PLAN}\n")
+    if link == "symlink":
+        (board / "notes.md").symlink_to("plan.md")
+    else:
+        (board / "notes.md").hardlink_to(board / "plan.md")
+    services.source_add(fleet=seed.fleet, kind="workspace", name="board", value=str(board))
+    plan_posts(seed, {"key": CLAIM, "statement": PLAN}, finish=False)
+    done = {
+        "run": RUN,
+        "task": "plan",
+        "outcome": "succeeded",
+        "artifacts": [{"kind": "document", "ref": "plan.md"}],
+    }
+    assert seed.planner.post("task.finished", done).status_code == 202
+    start(seed.schema, "confirm-schema")
+    text = file_read_payload(path="notes.md", start=3, end=3, lines=[PLAN])
+    evidence = {
+        "kind": "file_read",
+        "source": "notes.md:3-3",
+        "payload_hash": payload_hash(text),
+        "payload": text,
+    }
+
+    checks(seed.schema, "confirm-schema", "verified", evidence)
+
+    claim = settled()
+    assert claim.status == "unverified"
+    assert "notes.md is the artifact task plan reported (document plan.md)" in claim.status_reason
+    the_coder_waits(seed)
+
+
 def test_another_agents_text_never_verifies(seed, orders):
     plan = {"path": "plan.md", "lines": [3, 3], "text": PLAN}
     cited = {"kind": "file_read", "source": "agent:planner", "payload_hash": payload_hash(plan)}
