@@ -163,10 +163,12 @@ def refuse_lowering(existing: Claim, claim: ClaimSpec) -> None:
 
 
 def record_checker_use(claim: Claim, task: Task, at: datetime) -> None:
-    """The checker read the claim to check it: from when it had both its task and the claim."""
-    if task.pk == claim.task_id:
+    """The checker read the claim to check it: from when it had both its task and the claim.
+    A task that never started used nothing (its agent checked before starting it): no use, so
+    it is not in the claim's blast radius."""
+    if task.pk == claim.task_id or task.started_at is None:
         return
-    since = max(task.started_at, claim.posted_at) if task.started_at else at
+    since = max(task.started_at, claim.posted_at)
     ClaimUse.objects.get_or_create(claim=claim, task=task, defaults={"at": since, "by_check": True})
 
 

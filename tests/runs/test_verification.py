@@ -239,6 +239,25 @@ def test_the_replay_with_containment_reaches_1_agent_in_2_minutes(client, seed, 
     assert (use.task.key, use.at.isoformat()) == ("confirm-schema", "2026-06-02T09:01:30+00:00")
 
 
+def test_a_check_from_a_task_that_never_started_is_no_use_of_the_claim(client, seed, orders):
+    plan_posts(seed)
+    response = seed.coder_a.post(
+        "claim.checked",
+        {
+            "run": RUN,
+            "task": "discount-resolver",  # not started: its agent checks before starting it
+            "claim": "plan.customer-tier",
+            "verdict": "refuted",
+            "evidence": orders.columns_evidence(REAL_COLUMNS),
+        },
+        received=at(3),
+    )
+    assert response.status_code == 202, response.json()
+    assert Task.objects.get(key="discount-resolver").started_at is None
+    assert not ClaimUse.objects.filter(task__key="discount-resolver").exists()
+    assert claim_row(client, seed)["blast_radius"]["tasks"] == []
+
+
 def test_the_planner_is_reframed_with_the_real_columns(client, seed, orders, handed_over):
     plan_posts(seed)
     schema_checks(seed, "refuted", orders.columns_evidence(REAL_COLUMNS))
