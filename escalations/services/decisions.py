@@ -23,6 +23,10 @@ from fleet.outbox import notify
 from runs import human_decisions
 from runs.models import Decision, Run
 
+# What a failed run closes: escalations waiting for a person, and those returned to their agent
+# for a better packet (its next packet would reopen one of a run that is over).
+WAITING = (*Escalation.OPEN_STATES, Escalation.Status.RETURNED)
+
 
 @transaction.atomic
 def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, note: str) -> Decision:
@@ -131,9 +135,7 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
         reason=reason,
         at=now,
     )
-    others = Escalation.objects.filter(run=run, status__in=Escalation.OPEN_STATES).exclude(
-        pk=escalation.pk
-    )
+    others = Escalation.objects.filter(run=run, status__in=WAITING).exclude(pk=escalation.pk)
     other_ids = list(others.values_list("pk", flat=True))
     closed = close_all(
         others, reviewer, f"Closed: run {run.key} failed when {user} aborted {task.key}", now, run
@@ -160,7 +162,7 @@ def abort_reach(escalation: Escalation) -> dict[str, Any]:
     cancelled, and the run's other open escalations closed when the run fails."""
     cancelled = human_decisions.waiting_on(escalation.run, escalation.task)
     others = (
-        Escalation.objects.filter(run=escalation.run, status__in=Escalation.OPEN_STATES)
+        Escalation.objects.filter(run=escalation.run, status__in=WAITING)
         .exclude(pk=escalation.pk)
         .order_by("opened_at", "pk")
         .values_list("task__key", flat=True)

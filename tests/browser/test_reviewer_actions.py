@@ -57,7 +57,7 @@ def test_aborting_warns_first_then_says_what_it_did(desk, screens):
     page.locator("summary").filter(has_text="Abort the task").click()
     reason = page.get_by_role("textbox", name="Why abort")
     expect()(reason).to_have_accessible_description(
-        "This fails run two: 1 other open escalation in it will be closed (docs) and 1 task "
+        "This fails run two: 1 other escalation waiting in it will be closed (docs) and 1 task "
         "cancelled (plan). Your reason becomes the run's failure cause."
     )
     alice.shot("11-abort-warning")

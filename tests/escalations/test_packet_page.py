@@ -350,7 +350,7 @@ def test_the_abort_form_says_what_else_the_abort_does(desk, browser):
     escalation = desk.escalate()
     page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
     assert (
-        "This fails run tier-discounts: no other escalation in it is open and 3 tasks "
+        "This fails run tier-discounts: no other escalation in it is waiting and 3 tasks "
         "cancelled (plan, api-change, discount-resolver)." in page
     )
     desk.run("two", tasks=[{"key": "plan", "agent": "planner"}, {"key": "docs", "agent": "coder"},
@@ -360,7 +360,7 @@ def test_the_abort_form_says_what_else_the_abort_does(desk, browser):
     desk.escalate("notes", run="two")
     page = browser.get(f"/escalations/{first.pk}/").content.decode()
     assert (
-        "This fails run two: 2 other open escalations in it will be closed (docs, notes) "
+        "This fails run two: 2 other escalations waiting in it will be closed (docs, notes) "
         "and 1 task cancelled (plan)." in page
     )
 
@@ -547,3 +547,22 @@ def test_without_htmx_a_refused_claim_is_shown_on_the_packet(desk, browser, flee
         anchor="status",
     )
     assert "Claimed by bob until" in section(page, "status", "tried")
+
+
+def test_an_abort_closes_an_escalation_of_the_run_returned_for_a_better_packet(desk, browser):
+    desk.run("two", tasks=[{"key": "plan", "agent": "planner"}, {"key": "docs", "agent": "coder"}])
+    escalation = desk.escalate(run="two")
+    returned = desk.escalate("docs", run="two")
+    committed(
+        browser.post, f"/escalations/{returned.pk}/return/",
+        {"field": "evidence", "note": "cite the query you ran"},
+    )  # fmt: skip
+    assert Escalation.objects.get(pk=returned.pk).status == "returned"
+    page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "This fails run two: 1 other escalation waiting in it will be closed (docs)" in page
+    committed(
+        browser.post, f"/escalations/{escalation.pk}/abort/", {"reason": "dropped"},
+        HTTP_HX_REQUEST="true",
+    )  # fmt: skip
+    returned.refresh_from_db()
+    assert (returned.status, returned.outcome) == ("closed", "run_failed")
