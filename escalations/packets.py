@@ -111,9 +111,13 @@ TRANSCRIPT_FIELDS = frozenset(
 )
 
 _INLINE_CODE = re.compile(r"`[^`]*`")
-# A "?" (or "?!", "??") that ends a sentence: followed, past any closing quote or bracket, by
-# whitespace or the end of the text.
-_QUESTION_END = re.compile(r"\?[?!]*[\"'\u201d\u2019)\]]*(?=\s|$)")
+# A "?" (or "?!", "??"; the Arabic "؟", "⁇", "⁈", "⁉") that ends a sentence: followed, past
+# any closing quote or bracket, by whitespace or the end of the text. The full-width "？" of
+# Chinese and Japanese ends one wherever it is: those scripts put no space after a sentence.
+_QUESTION_END = re.compile(
+    r"[?\u061f\u2047-\u2049][?!\u061f\u2047-\u2049]*[\"'\u201d\u2019)\]]*(?=\s|$)"
+    r"|\uff1f[\uff1f\uff01?!]*"
+)
 
 
 @dataclass(frozen=True)

@@ -375,6 +375,7 @@ def test_the_question_may_be_at_most_500_characters() -> None:
         "Column or config?\nWhich file?",
         "Is it customers.tier? accounts.tier?",
         'Should I ask "is it a column?" or "is it config?"',
+        "ティアはどこから来ますか？列を追加すべきですか？",
     ],
 )
 def test_it_refuses_several_questions(question: str) -> None:
@@ -395,6 +396,9 @@ def test_it_refuses_several_questions(question: str) -> None:
         "Where does the tier come from? I checked customers and accounts.",
         "Which one applies (column or config)?",
         "Where does a customer's tier come from today:\na new column, or the loyalty_points threshold?",
+        "Ｗhich API key should t2 use？",
+        "顧客のティアはどの列から来ますか？",
+        "ما هو مصدر الفئة؟",
     ],
 )
 def test_it_accepts_one_question(question: str) -> None:
