@@ -172,11 +172,15 @@ def run_start(
     existing = Run.objects.filter(fleet_id=fleet_id, key=key).first()
     if existing is not None:
         declared = existing.declaration or stored_digest(existing)
-        if declared == graph_digest(tasks):
-            return {"run": existing.key, "created": False}
-        raise Refusal(
-            [error("data.tasks", f"run {key!r} was already declared with other tasks")], 409
-        )
+        errors = []
+        if declared != graph_digest(tasks):
+            errors.append(error("data.tasks", f"run {key!r} was already declared with other tasks"))
+        if existing.policy != policy:
+            msg = f"run {key!r} was already declared with policy {existing.policy!r}; it cannot change"
+            errors.append(error("data.policy", msg))
+        if errors:
+            raise Refusal(errors, 409)
+        return {"run": existing.key, "created": False}
     run = Run.objects.create(
         fleet_id=fleet_id,
         key=key,

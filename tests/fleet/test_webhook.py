@@ -470,6 +470,18 @@ def test_declaring_the_same_run_again_is_a_no_op_and_other_tasks_are_409(planner
     assert Task.objects.count() == 2
 
 
+def test_declaring_the_same_run_again_with_another_policy_is_409_naming_it(planner, coder):
+    assert start(planner).status_code == 202
+    other = start(planner, policy="global_halt")
+    assert other.status_code == 409
+    assert other.json()["errors"] == [
+        {"loc": "data.policy",
+         "msg": "run 'r1' was already declared with policy 'scoped'; it cannot change"}
+    ]  # fmt: skip
+    assert Run.objects.get(key="r1").policy == "scoped"
+    assert start(planner, policy="scoped").json()["created"] is False
+
+
 def test_tasks_added_extend_the_graph(planner, coder):
     start(planner)
     response = planner.post("tasks.added", {"run": "r1", "tasks": [task("c", prerequisites=["b"])]})
