@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db import connection
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from escalations.models import Escalation, JoinedTask, PoolMember
@@ -209,7 +209,11 @@ def filtered_escalations(
     if query.fleet:
         found = found.filter(fleet__name=query.fleet)
     if query.agent:
-        found = found.filter(task__agent__name=query.agent)
+        # Its own task's agent, or the agent of a task that joined it and still waits on it.
+        joined = JoinedTask.objects.filter(
+            escalation=OuterRef("pk"), left_at__isnull=True, task__agent__name=query.agent
+        )
+        found = found.filter(Q(task__agent__name=query.agent) | Exists(joined))
     if query.capability:
         if connection.vendor == "postgresql":
             found = found.filter(task__capabilities__contains=[query.capability])

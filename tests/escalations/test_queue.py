@@ -202,6 +202,15 @@ def test_filters_narrow_the_queue_and_stay_in_the_url(client, fleet, desk, alice
     assert 'hx-get="/escalations/?agent=coder"' in page  # the poll keeps the filter
 
 
+def test_the_agent_filter_finds_an_escalation_a_task_of_that_agent_joined(desk, alice):
+    desk.run("second", tasks=[{"key": "push", "agent": "coder"}])
+    shared = desk.escalate()  # planner's, asking QUESTION
+    joined = desk.escalate("push", run="second", smallest_unblocking_question=QUESTION)
+    assert joined.pk == shared.pk
+    page = signed_in(alice).get("/escalations/?agent=coder").content.decode()
+    assert re.findall(r'id="esc-(\d+)"', page) == [str(shared.pk)]
+
+
 def test_unknown_filter_values_fall_back_to_the_defaults(desk, alice):
     escalation = desk.escalate()
     page = signed_in(alice).get("/escalations/?status=bogus&sort=sideways&after=garbage")
