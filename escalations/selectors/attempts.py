@@ -90,6 +90,19 @@ def draft_for(task: Task) -> Draft:
     )
 
 
+def ending(outcome: str, *, last: bool, state: str) -> dict[str, str]:
+    """How an attempt ended (`outcome`, a badge's key) in words (`outcome_label`): one with no
+    outcome runs only while it is its task's latest and the task runs; the latest of a task
+    that escalated stopped with its packet (a packet ends an attempt, no task.finished)."""
+    if outcome:
+        return {"outcome": outcome, "outcome_label": outcome}
+    if last and state == Task.State.RUNNING:
+        return {"outcome": "running", "outcome_label": "running"}
+    if last and state == Task.State.ESCALATED:
+        return {"outcome": "stopped", "outcome_label": "stopped with a packet"}
+    return {"outcome": "unreported", "outcome_label": "ended, not reported"}
+
+
 def recorded_attempts(task: Task, tried: list[str]) -> dict[str, Any]:
     """The attempts as Bulkhead recorded them, to read beside the agent's `tried`: whether each
     one's prompt and context changed, how it ended, what was decided; and where the record and
@@ -108,7 +121,7 @@ def recorded_attempts(task: Task, tried: list[str]) -> dict[str, Any]:
                 "context_changed": previous is not None and a.context_hash != previous.context_hash,
                 "agent_changed": previous is not None and a.agent != previous.agent,
                 "first": previous is None,
-                "outcome": a.outcome or "running",
+                **ending(a.outcome, last=i == len(facts) - 1, state=task.state),
                 "failure": ", ".join(x for x in (a.failure_kind, a.failure_signature) if x),
                 "decisions": [{"action": d, "reason": r} for d, r in a.decisions],
             }

@@ -566,3 +566,11 @@ def test_an_abort_closes_an_escalation_of_the_run_returned_for_a_better_packet(d
     )  # fmt: skip
     returned.refresh_from_db()
     assert (returned.status, returned.outcome) == ("closed", "run_failed")
+
+
+def test_the_attempt_that_sent_the_packet_is_shown_stopped_not_running(desk, browser):
+    escalation = desk.escalate()
+    page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    recorded = page[page.index('id="recorded"') :]
+    assert '<span class="badge badge-stopped">stopped with a packet</span>' in recorded
+    assert "badge-running" not in recorded
