@@ -241,6 +241,9 @@ def test_a_reviewer_reroutes_the_task_to_another_agent(desk, browser):
     assert "the planner keeps guessing; the coder can read the schema" in outcome
     assert "Closed by" not in page
     assert "Nothing: it was closed without an answer." in section(page, "release", "blast")
+    # The packet is still the planner's, who stopped with it: not the agent the task went to.
+    crumbs = page[page.index('class="crumbs"') : page.index("</p>", page.index('class="crumbs"'))]
+    assert "by planner · run" in crumbs
 
 
 @pytest.mark.parametrize(
