@@ -80,7 +80,10 @@ def packet_submit(
         return packet_of_joined(found, row, joined, packet, actor=actor, at=at)
     escalation, action = escalation_for_packet(row)
     draft = escalation.packet if escalation is not None else None
-    content, from_draft = completed(packet, draft if draft is not None and draft.drafted else None)
+    # Bulkhead's draft completes what the agent leaves out; so does a packet completed from one,
+    # so the same partial packet sent again (a retry under a new id) changes nothing.
+    base = draft if draft is not None and (draft.drafted or draft.from_draft) else None
+    content, from_draft = completed(packet, base)
     checked, errors = checked_packet(content)
     if checked is None:
         raise Refusal(errors)

@@ -95,6 +95,21 @@ def test_the_packet_page_shows_the_draft_marked_as_bulkheads_at_once(escalation,
     assert "Drafted by Bulkhead, waiting for the agent's question" in queue
 
 
+def test_the_question_alone_sent_again_changes_nothing_and_another_replaces_it(escalation, desk):
+    assert submit(desk, {"smallest_unblocking_question": QUESTION}).json()["packet"] == "filled"
+    again = submit(desk, {"smallest_unblocking_question": QUESTION})  # a new webhook-id
+    assert again.status_code == 202, again.content
+    assert again.json()["packet"] == "unchanged"
+    other = "Which tier column should the discount read?"
+    replaced = submit(desk, {"smallest_unblocking_question": other})
+    assert replaced.status_code == 202, replaced.content
+    assert replaced.json()["packet"] == "replaced"
+    escalation.refresh_from_db()
+    own = escalation.packet
+    assert own.smallest_unblocking_question == other
+    assert own.from_draft == ["task", "tried", "ruled_out", "evidence"]
+
+
 def test_the_agent_may_answer_with_the_question_alone(escalation, desk, browser):
     draft = escalation.packet
     response = submit(desk, {"smallest_unblocking_question": QUESTION})
