@@ -87,11 +87,14 @@ def claim_post(
     found = row.run
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
     existing = (
-        Claim.objects.filter(run=found, key=claim.key).select_related("run").first()
+        Claim.objects.filter(run=found, key=claim.key).select_related("run", "task").first()
         if getattr(row, "claim_taken", True)
         else None
     )
     if existing is not None:
+        if existing.task_id != row.pk:  # another task's claim: its key is what is wrong
+            msg = f"claim {claim.key!r} was already posted by task {existing.task.key!r}"
+            raise Refusal([error("data.claim.key", msg)], 409)
         refuse_lowering(existing, claim)
         raise Refusal([error("data.claim.key", f"claim {claim.key!r} was already posted")], 409)
     evidence = claim.evidence

@@ -247,6 +247,17 @@ def test_a_claim_posted_twice_or_by_an_unknown_task_is_refused(client, seed):
     assert again.json()["errors"] == [
         {"loc": "data.claim.key", "msg": "claim 'plan.customer-tier' was already posted"}
     ]
+    # Another task posting the key, whatever else it says, is told whose claim the key is.
+    for load_bearing in (True, False):
+        theirs = {"key": "plan.customer-tier", "statement": "mine", "load_bearing": load_bearing}
+        other = seed.schema.post(
+            "claim.posted", {"run": RUN, "task": "confirm-schema", "claim": theirs}
+        )
+        assert other.status_code == 409
+        assert other.json()["errors"] == [
+            {"loc": "data.claim.key",
+             "msg": "claim 'plan.customer-tier' was already posted by task 'plan'"}
+        ]  # fmt: skip
     claim = {"key": "plan.other", "statement": "x"}
     nowhere = seed.planner.post("claim.posted", {"run": RUN, "task": "nowhere", "claim": claim})
     assert nowhere.status_code == 422
