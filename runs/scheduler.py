@@ -401,7 +401,9 @@ def write(
             if refresh:  # capabilities that came back whose state it reads: re-read them first
                 ready_data["refresh"] = list(refresh)
             notify(run.fleet, "task.ready", ready_data)
-        elif hard_after and hard_after != hard_before:
+        elif (hard_after and hard_after != hard_before) or (blockers and ready):
+            # A new hard blocker, or a task told it was ready that no longer is (its
+            # prerequisite reframed by a refutation, say): it must not start now.
             notify(
                 run.fleet,
                 "task.deferred",

@@ -3,6 +3,7 @@
 
 import pytest
 
+from fleet.models import Delivery
 from runs.models import Claim, Evidence, Run, Task
 from tests.conftest import committed, signed_in
 from tests.escalations.desk import Desk, member
@@ -212,3 +213,37 @@ def test_without_htmx_a_verdict_on_the_packet_ends_on_the_packet(desk, alice):
     done = committed(browser.post, url, {"verdict": "verified", "note": "looked at the table"})
     assert done["Location"] == f"/escalations/{escalation.pk}/"
     assert Claim.objects.get(pk=claim.pk).status == "verified"
+
+
+def test_a_task_told_it_was_ready_is_told_it_is_deferred_when_a_refutation_sends_its_prerequisite_back(
+    desk, alice, fleet
+):
+    fleet.callback_url = "http://127.0.0.1:9/hook"
+    fleet.save()
+    desk.run("second", tasks=[{"key": "plan", "agent": "planner"},
+                              {"key": "ship", "agent": "coder", "prerequisites": ["plan"],
+                               "consumes": []}])  # fmt: skip
+    attempt = {"prompt_hash": "p1", "context_hash": "c1"}
+    desk.planner.post("task.started", {"run": "second", "task": "plan", "attempt": attempt})
+    claim = {"key": "plan.rate", "statement": "the rate is 5%"}
+    desk.planner.post("claim.posted", {"run": "second", "task": "plan", "claim": claim})
+    committed(
+        desk.planner.post,
+        "task.finished",
+        {"run": "second", "task": "plan", "outcome": "succeeded"},
+    )
+    ship = Task.objects.get(run__key="second", key="ship")
+    assert ship.ready
+    assert Delivery.objects.filter(type="task.ready", payload__data__task="ship").exists()
+
+    run = Run.objects.get(key="second")
+    refuted = Claim.objects.get(run=run, key="plan.rate")
+    committed(
+        signed_in(alice).post,
+        f"/runs/{run.pk}/claims/{refuted.pk}/check/",
+        {"verdict": "refuted", "note": "the rate is 7%"},
+    )
+    ship.refresh_from_db()
+    assert not ship.ready
+    deferred = Delivery.objects.get(type="task.deferred", payload__data__task="ship")
+    assert deferred.payload["data"]["blockers"] == ["prerequisite:plan"]
