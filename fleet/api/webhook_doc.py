@@ -111,7 +111,8 @@ ANSWERS: dict[str, dict[str, Any]] = {
 NOTIFICATION_FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
     "task.ready": ("A task may start now; `refresh` lists capabilities to re-read first.",
                    {"task": "plan", "agent": "planner"}),
-    "task.deferred": ("A task waits on a hard blocker.",
+    "task.deferred": ("A task waits on a hard blocker, or was ready and no longer is (do not "
+                      "start it): `blockers` says on what.",
                       {"task": "api-change", "agent": "coder", "blockers": ["capability:forge"]}),
     "task.reframed": ("The task's next attempt gets this ground truth and scope.",
                       {"task": "plan", "agent": "planner", "attempt": 1, "reason": "…",

@@ -202,7 +202,7 @@ export interface webhooks {
         get?: never;
         put?: never;
         /**
-         * A task waits on a hard blocker.
+         * A task waits on a hard blocker, or was ready and no longer is (do not start it): `blockers` says on what.
          * @description Sent to the fleet's callback URL, signed with the fleet's callback secret (Standard Webhooks v1), at least once under one webhook-id.
          */
         post: {
@@ -2397,7 +2397,7 @@ export interface components {
         };
         /**
          * TaskDeferredNotification
-         * @description A task waits on a hard blocker.
+         * @description A task waits on a hard blocker, or was ready and no longer is (do not start it): `blockers` says on what.
          * @example {
          *       "type": "task.deferred",
          *       "timestamp": "2026-06-02T09:03:00Z",
