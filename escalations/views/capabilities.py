@@ -72,6 +72,13 @@ def capability_set(request: HttpRequest, capability_id: int) -> HttpResponse:
         context = board(request, errors=errors, failed=capability.pk, reason=reason)
         return render(request, "escalations/capabilities.html", context, status=422)
     with transaction.atomic():
+        current = Capability.objects.select_for_update().get(pk=capability.pk)
+        if current.status == status:  # another tab, or another manager, set it first
+            since = f" since {current.changed_at:%Y-%m-%d %H:%M} UTC" if current.changed_at else ""
+            by = f", by {current.changed_by}" if current.changed_by else ""
+            already = f"{current.name} is already {status}{since}{by}: nothing was changed."
+            context = board(request, errors=[already], failed=capability.pk, reason=reason)
+            return render(request, "escalations/capabilities.html", context, status=409)
         capability_change(
             fleet=capability.fleet,
             name=capability.name,

@@ -61,6 +61,22 @@ def test_a_manager_marks_a_capability_up_with_a_reason_and_work_is_released(clie
     assert not Blocker.objects.filter(code="capability:forge", cleared_at=None).exists()
 
 
+def test_marking_it_up_again_from_a_stale_page_changes_nothing_and_says_so(client, alice, outage):
+    client.force_login(alice)
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        client.post(f"/capabilities/{outage.pk}/", {"status": "up", "reason": "forge is back"})
+    stale = client.post(f"/capabilities/{outage.pk}/", {"status": "up", "reason": "it is back"})
+    assert stale.status_code == 409
+    page = stale.content.decode()
+    assert (
+        "forge is already up since " in page and ", by manager:alice: nothing was changed." in page
+    )
+    outage.refresh_from_db()
+    assert (outage.status, outage.reason) == ("up", "forge is back")
+
+
 def test_a_change_without_a_reason_is_refused_saying_why(client, alice, outage):
     client.force_login(alice)
     response = client.post(f"/capabilities/{outage.pk}/", {"status": "up", "reason": " "})
