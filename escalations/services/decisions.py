@@ -28,6 +28,16 @@ from runs.models import Decision, Run
 WAITING = (*Escalation.OPEN_STATES, Escalation.Status.RETURNED)
 
 
+def refuse_too_long(text: str, what: str) -> None:
+    """A note is kept whole or refused, never cut: the agent reads all of it."""
+    if len(text) > NOTE_MAX_CHARS:
+        raise Refusal(
+            f"The {what} is {len(text):,} characters; keep it under {NOTE_MAX_CHARS:,} (nothing "
+            "was changed, and what you typed is still here).",
+            status=422,
+        )
+
+
 @transaction.atomic
 def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, note: str) -> Decision:
     """Hand the task to another agent of the fleet (or a tool); its next attempt keeps the context."""
@@ -42,6 +52,7 @@ def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, not
         raise Refusal(f"{task.key} is already {target.name}'s: choose another agent.", status=422)
     if not note:
         raise Refusal("Say why it goes to another agent: the new agent reads it.", status=422)
+    refuse_too_long(note, "note")
     refuse_unless_running(run, "there is nothing to reroute; abort to close it.")
     decision = human_decisions.person_reroute(
         run=run,
@@ -80,6 +91,7 @@ def escalation_return(
         raise Refusal("Name the packet field that is not good enough.", status=422)
     if not note:
         raise Refusal(f"Say what is missing from {field}: the agent reads it.", status=422)
+    refuse_too_long(note, "note")
     escalation.returned_reason = f"{field}: {note[:NOTE_MAX_CHARS]}"
     close(escalation, reviewer, Escalation.Status.RETURNED, now)
     joining.hand_over(
@@ -123,7 +135,7 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
         raise Refusal(
             "Say why the task is aborted: it becomes the run's failure cause.", status=422
         )
-    reason = reason[:NOTE_MAX_CHARS]
+    refuse_too_long(reason, "reason")
     user = reviewer.get_username()
     run_fails = "the run failed" if run.state == Run.State.RUNNING else f"the run had {run.state}"
     aborted = human_decisions.person_abort(

@@ -252,6 +252,7 @@ def test_a_reviewer_reroutes_the_task_to_another_agent(desk, browser):
         ({"agent": "nobody", "note": "x"}, "Choose an agent of the fleet acme."),
         ({"agent": "planner", "note": "x"}, "plan is already planner&#x27;s"),
         ({"agent": "coder", "note": " "}, "Say why it goes to another agent"),
+        ({"agent": "coder", "note": "y" * 1001}, "The note is 1,001 characters; keep it under"),
     ],
 )
 def test_a_bad_reroute_is_refused_saying_why(desk, browser, form, message):
@@ -311,6 +312,7 @@ def test_a_better_packet_after_a_return_reopens_the_escalation(desk, browser):
     [
         ({"field": "transcript", "note": "x"}, "Name the packet field"),
         ({"field": "evidence", "note": ""}, "Say what is missing from evidence"),
+        ({"field": "evidence", "note": "z" * 1001}, "The note is 1,001 characters; keep it under"),
     ],
 )
 def test_a_bad_return_is_refused_saying_why(desk, browser, form, message):
@@ -577,3 +579,15 @@ def test_the_attempt_that_sent_the_packet_is_shown_stopped_not_running(desk, bro
     recorded = page[page.index('id="recorded"') :]
     assert '<span class="badge badge-stopped">stopped with a packet</span>' in recorded
     assert "badge-running" not in recorded
+
+
+def test_an_abort_reason_too_long_is_refused_not_cut(desk, browser):
+    escalation = desk.escalate()
+    url = f"/escalations/{escalation.pk}/abort/"
+    response = browser.post(url, {"reason": "r" * 1001}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 422
+    assert "The reason is 1,001 characters; keep it under 1,000" in response.content.decode()
+    assert "r" * 1001 in response.content.decode()  # what was typed is still there
+    escalation.refresh_from_db()
+    assert escalation.status == "open"
+    assert Run.objects.get(key="tier-discounts").state == "running"
