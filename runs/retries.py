@@ -430,3 +430,4 @@ def fail_run(run: Run, task: Task, *, cause: str, now: datetime) -> None:
     if failed:
         run.state, run.cause, run.finished_at = Run.State.FAILED, full, now
         notify(run.fleet, "run.failed", {"run": run.key, "task": task.key, "cause": full})
+        signals.run_failed.send(sender=Run, run=run, cause=full, at=now)

@@ -1,8 +1,10 @@
 """The reviewer's other decisions on a packet: reroute the task, return the packet, abort."""
 
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from escalations.models import Escalation, FailurePacket
@@ -148,14 +150,9 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
         at=now,
     )
     others = Escalation.objects.filter(run=run, status__in=WAITING).exclude(pk=escalation.pk)
-    other_ids = list(others.values_list("pk", flat=True))
-    closed = close_all(
-        others, reviewer, f"Closed: run {run.key} failed when {user} aborted {task.key}", now, run
+    closed = close_for_failed_run(
+        run, others, reviewer=reviewer, why=f"failed when {user} aborted {task.key}", at=now
     )
-    # The tasks of other runs that joined them still wait for an answer: on new escalations.
-    for other in Escalation.objects.filter(pk__in=other_ids).select_related("task", "run"):
-        joining.hand_over(other, why=f"run {run.key} failed", at=now)
-    joining.leave_run(run, why=f"run {run.key} failed when {user} aborted {task.key}", at=now)
     escalation.returned_reason = "\n".join(
         [
             f"Aborted by {user}: {reason}; {run_fails}",
@@ -167,6 +164,26 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
     close(escalation, reviewer, Escalation.Status.CLOSED, now)
     joining.hand_over(escalation, why=f"{user} aborted {task.key}", at=now)
     return aborted.decision
+
+
+def close_for_failed_run(
+    run: Run, waiting: QuerySet[Escalation], *, reviewer: Any, why: str, at: datetime
+) -> list[str]:
+    """The run failed: nothing of it waits for a person any more. Its waiting escalations close
+    saying why (how each is named is returned), the tasks of other runs that joined them wait
+    on new escalations, and its own tasks leave the escalations they joined."""
+    ids = list(waiting.values_list("pk", flat=True))
+    closed = close_all(waiting, reviewer, f"Closed: run {run.key} {why}", at, run)
+    for other in Escalation.objects.filter(pk__in=ids).select_related("task", "run"):
+        joining.hand_over(other, why=f"run {run.key} failed", at=at)
+    joining.leave_run(run, why=f"run {run.key} {why}", at=at)
+    return closed
+
+
+def run_failed_by_the_policy(*, run: Run, cause: str, at: datetime, **_: Any) -> None:
+    """The retry policy failed the run (`runs.signals.run_failed`): as when a reviewer aborts."""
+    waiting = Escalation.objects.filter(run=run, status__in=WAITING)
+    close_for_failed_run(run, waiting, reviewer=None, why=f"failed: {cause}"[:900], at=at)
 
 
 def abort_reach(escalation: Escalation) -> dict[str, Any]:

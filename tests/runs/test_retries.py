@@ -14,6 +14,7 @@ from runs import retries
 from runs.claims import by_hand as claims
 from runs.models import Attempt, Claim, Decision, Run, Task
 from tests.conftest import Receiver, Sender, committed, make_sender, task
+from tests.escalations.desk import packet
 from tests.runs.conftest import open_codes
 
 pytestmark = pytest.mark.django_db
@@ -87,6 +88,24 @@ def sent(got: Receiver, type: str, key: str | None = None) -> list[dict[str, Any
         for r in got.of_type(type)
         if key is None or r.body["data"].get("task") == key
     ]
+
+
+def test_a_run_the_policy_fails_closes_what_of_it_waits_for_a_person(
+    hooked, planner, coder, formatter
+):
+    planner.post("run.started", {"run": RUN, "tasks": [task("fmt", agent="formatter"), task("b")]})
+    assert start(coder, "b").status_code == 202
+    stopped = coder.post("packet.submitted", {"run": RUN, "task": "b", "packet": packet("b")})
+    assert stopped.status_code == 202, stopped.json()
+    waiting = Escalation.objects.get(pk=stopped.json()["escalation"])
+
+    attempt(formatter, "fmt", kind="environment", signature="exit-2", message="gofmt exited 2")
+
+    assert Run.objects.get(key=RUN).state == "failed"
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.outcome) == ("closed", "run_failed")
+    assert waiting.returned_reason == f"Closed: run {RUN} failed: fmt: gofmt exited 2"
+    assert open_codes("b") == set()  # its hold is lifted: nothing waits on a person
 
 
 def api(client: Any, sender: Sender, path: str) -> Any:
