@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import OuterRef, Subquery
+from django.db.models import CharField, IntegerField, OuterRef, Subquery, Value
 
 from fleet.models import Agent
 from runs import scheduler
@@ -97,19 +97,26 @@ class Stretch:
         """`wanted`: the (run, task, claim key or None) the stretch names."""
         wanted = list(wanted)
         pairs = {(run, task) for run, task, _ in wanted}
-        latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
-        found = (
-            Task.objects.filter(
-                run__fleet_id=fleet_id,
-                run__key__in={run for run, _ in pairs},
-                key__in={task for _, task in pairs},
-            )
-            .annotate(
+        tasks = Task.objects.filter(
+            run__fleet_id=fleet_id,
+            run__key__in={run for run, _ in pairs},
+            key__in={task for _, task in pairs},
+        )
+        if any(key is None for _, _, key in wanted):  # a finish: it needs the latest attempt
+            latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+            tasks = tasks.annotate(
                 attempt=Subquery(latest.values("pk")[:1]),
                 number=Subquery(latest.values("number")[:1]),
                 attempt_outcome=Subquery(latest.values("outcome")[:1]),
             )
-            .values_list(
+        else:  # claims alone: no attempt is read
+            tasks = tasks.annotate(
+                attempt=Value(None, output_field=IntegerField()),
+                number=Value(None, output_field=IntegerField()),
+                attempt_outcome=Value(None, output_field=CharField()),
+            )
+        found = (
+            tasks.values_list(
                 "run__key",
                 "key",
                 "pk",

@@ -187,6 +187,14 @@ def test_a_stretch_of_claims_costs_the_same_few_statements_however_long(planner,
     assert many <= 8  # known events, tasks, taken keys, running tasks, claims, change, events
 
 
+def test_a_stretch_of_claims_alone_reads_no_attempts(planner, coder):
+    started(planner, coder, "r1")
+    with CaptureQueriesContext(connection) as queries:
+        response = post_batch(coder, claims(20))
+    assert [r["status"] for r in response.json()["results"]] == [202] * 20
+    assert not [q["sql"] for q in queries.captured_queries if '"runs_attempt"' in q["sql"]]
+
+
 @pytest.mark.postgres
 def test_tasks_finishing_with_their_claims_cost_the_same_few_statements_however_many(
     planner, coder
