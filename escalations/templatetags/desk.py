@@ -174,8 +174,8 @@ def common_row(t: dict[str, Any]) -> str:
     shown = escape(t["shown"])
     return (
         f'\n      <tr id="{escape(t["anchor"])}"><td><strong>{escape(t["key"])}</strong>{title}'
-        f"</td><td>{escape(t['agent'])}</td>\n"
-        f'        <td><span class="badge badge-{shown}">{shown}</span></td>\n'
-        f"        <td>{blocks or '—'}</td>\n"
-        f"        <td>{escape(t['after'])}</td></tr>\n"
+        f'</td><td data-label="Agent">{escape(t["agent"])}</td>\n'
+        f'        <td data-label="State"><span class="badge badge-{shown}">{shown}</span></td>\n'
+        f'        <td data-label="Blockers">{blocks or "—"}</td>\n'
+        f'        <td data-label="After">{escape(t["after"])}</td></tr>\n'
     )

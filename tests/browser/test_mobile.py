@@ -71,3 +71,21 @@ def test_a_long_unbroken_question_wraps_in_the_queue_and_the_packet(desk, fleet,
         expect()(heading).to_have_text(UNBROKEN)
         assert heading.bounding_box()["width"] <= width
         assert page_width(page) <= width
+
+
+def test_on_a_phone_each_task_of_a_run_is_a_card_whose_blockers_read_whole(desk, fleet, screens):
+    run = Run.objects.get(key="tier-discounts")
+    member("alice", fleet)
+    screen = screens()
+    page = screen.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    screen.sign_in("alice", PASSWORD)
+    page.goto(f"/runs/{run.pk}/")
+    table = page.locator("table.tasks")
+    # No row is wider than its box: the table does not scroll sideways inside its section.
+    assert table.evaluate("t => t.scrollWidth <= t.parentElement.clientWidth"), "scrolls sideways"
+    blocker = table.locator("td[data-label=Blockers] code.blocker").first
+    expect()(blocker).to_have_text("prerequisite:plan")
+    # The blocker has the width of a card's value, not of a squeezed column.
+    assert blocker.bounding_box()["width"] > 120
+    screen.shot("mobile-run-task-cards")
