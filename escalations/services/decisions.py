@@ -64,14 +64,12 @@ def escalation_reroute(*, escalation: Escalation, reviewer: Any, agent: str, not
         to=target,
         reason=(
             f"Reroute: {reviewer.get_username()} handed {task.key} from {task.agent.name} to "
-            f"{target.name} (escalation {escalation.pk}): {note[:NOTE_MAX_CHARS]}"
+            f"{target.name} (escalation {escalation.pk}): {note}"
         ),
         at=now,
     )
     # How it ended, as the desk says it (see outcome_of): the headline, then the reviewer's note.
-    escalation.returned_reason = (
-        f"Rerouted to {target.name} by {reviewer.get_username()}\n{note[:NOTE_MAX_CHARS]}"
-    )
+    escalation.returned_reason = f"Rerouted to {target.name} by {reviewer.get_username()}\n{note}"
     escalation.outcome = Escalation.Outcome.REROUTED
     close(escalation, reviewer, Escalation.Status.CLOSED, now)
     joining.hand_over(
@@ -94,7 +92,7 @@ def escalation_return(
     if not note:
         raise Refusal(f"Say what is missing from {field}: the agent reads it.", status=422)
     refuse_too_long(note, "note")
-    escalation.returned_reason = f"{field}: {note[:NOTE_MAX_CHARS]}"
+    escalation.returned_reason = f"{field}: {note}"
     close(escalation, reviewer, Escalation.Status.RETURNED, now)
     joining.hand_over(
         escalation,
@@ -115,7 +113,7 @@ def escalation_return(
             "task": task.key,
             "agent": task.agent.name,
             "field": field,
-            "reason": note[:NOTE_MAX_CHARS],
+            "reason": note,
             "by": f"reviewer:{reviewer.get_username()}",
         },
     )
@@ -183,7 +181,7 @@ def close_for_failed_run(
 def run_failed_by_the_policy(*, run: Run, cause: str, at: datetime, **_: Any) -> None:
     """The retry policy failed the run (`runs.signals.run_failed`): as when a reviewer aborts."""
     waiting = Escalation.objects.filter(run=run, status__in=WAITING)
-    close_for_failed_run(run, waiting, reviewer=None, why=f"failed: {cause}"[:900], at=at)
+    close_for_failed_run(run, waiting, reviewer=None, why=f"failed: {cause}", at=at)
 
 
 def abort_reach(escalation: Escalation) -> dict[str, Any]:

@@ -303,8 +303,9 @@ def test_a_producer_may_refute_its_own_claim(seed, orders):
     assert settled().status == "refuted"
 
 
-def test_a_file_read_of_the_plan_artifact_does_not_verify(seed, orders, tmp_path: Path):
-    """The seed's circular "confirmed", through the file system: the schema agent reads the plan."""
+def plan_on_the_board(seed: PhoenixDX, tmp_path: Path) -> Path:
+    """The planner posts its plan, finishes reporting plan.md (in the workspace `board`) as its
+    artifact, and the schema agent starts: the board's folder."""
     board = tmp_path / "board"
     board.mkdir()
     (board / "plan.md").write_text(f"# Plan\n\n{PLAN}\n")
@@ -318,15 +319,26 @@ def test_a_file_read_of_the_plan_artifact_does_not_verify(seed, orders, tmp_path
     }
     assert seed.planner.post("task.finished", done).status_code == 202
     start(seed.schema, "confirm-schema")
-    text = file_read_payload(path="./plan.md", start=3, end=3, lines=[PLAN])
+    return board
+
+
+def schema_reads_the_plan_at(seed: PhoenixDX, path: str) -> None:
+    """The schema agent verifies the claim with the plan's line 3, read at `path`."""
+    text = file_read_payload(path=path, start=3, end=3, lines=[PLAN])
     evidence = {
         "kind": "file_read",
-        "source": "./plan.md:3-3",
+        "source": f"{path}:3-3",
         "payload_hash": payload_hash(text),
         "payload": text,
     }
-
     checks(seed.schema, "confirm-schema", "verified", evidence)
+
+
+def test_a_file_read_of_the_plan_artifact_does_not_verify(seed, orders, tmp_path: Path):
+    """The seed's circular "confirmed", through the file system: the schema agent reads the plan."""
+    plan_on_the_board(seed, tmp_path)
+
+    schema_reads_the_plan_at(seed, "./plan.md")
 
     claim = settled()
     assert claim.status == "unverified"
@@ -343,32 +355,13 @@ def test_a_file_read_of_the_plan_artifact_through_a_link_does_not_verify(
     seed, orders, tmp_path: Path, link: str
 ):
     """The careless agent's way around the rule above: a link to the artifact, by another name."""
-    board = tmp_path / "board"
-    board.mkdir()
-    (board / "plan.md").write_text(f"# Plan\n\n{PLAN}\n")
+    board = plan_on_the_board(seed, tmp_path)
     if link == "symlink":
         (board / "notes.md").symlink_to("plan.md")
     else:
         (board / "notes.md").hardlink_to(board / "plan.md")
-    services.source_add(fleet=seed.fleet, kind="workspace", name="board", value=str(board))
-    plan_posts(seed, {"key": CLAIM, "statement": PLAN}, finish=False)
-    done = {
-        "run": RUN,
-        "task": "plan",
-        "outcome": "succeeded",
-        "artifacts": [{"kind": "document", "ref": "plan.md"}],
-    }
-    assert seed.planner.post("task.finished", done).status_code == 202
-    start(seed.schema, "confirm-schema")
-    text = file_read_payload(path="notes.md", start=3, end=3, lines=[PLAN])
-    evidence = {
-        "kind": "file_read",
-        "source": "notes.md:3-3",
-        "payload_hash": payload_hash(text),
-        "payload": text,
-    }
 
-    checks(seed.schema, "confirm-schema", "verified", evidence)
+    schema_reads_the_plan_at(seed, "notes.md")
 
     claim = settled()
     assert claim.status == "unverified"
