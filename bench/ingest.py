@@ -4,11 +4,16 @@ Prints events/s, p50 and p99 for the app, the same for pgbench inserting an equi
 payload size, one transaction each) at the same concurrency into the same database, and the ratio;
 then the same threads sending claim.posted events in batches of `--batch` (100) to the batches
 endpoint, with their events/s against the same anchor.
+The app runs as in production: gunicorn with `--workers` (2) processes of `--threads` (4) threads.
+Each load thread keeps one HTTP/1.1 connection open, as an agent's client does, and posts with
+the standard library's `http.client`: httpx cost the machine as much CPU per request as the
+server did, and the load shares the machine's cores with the app and PostgreSQL.
 Run: `make bench` or `.venv/bin/python bench/ingest.py [--seconds 10] [--concurrency 8]`. The
 database is bulkhead_bench (BENCH_DB_SUFFIX appended), the port BENCH_PORT (8765).
 """
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -37,6 +42,34 @@ def sh(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str
 
 
 TASKS = 20_000
+
+
+class Connection:
+    """One kept-alive HTTP/1.1 connection to the app, opened again when the server closes it."""
+
+    def __init__(self, port: int, timeout: float = 120) -> None:
+        self.port, self.timeout = port, timeout
+        self.http = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        for again in (False, True):
+            try:
+                self.http.request("POST", path, body=body, headers=headers)
+                response = self.http.getresponse()
+                content = response.read()
+            except (ConnectionError, http.client.HTTPException):
+                self.http.close()
+                self.http = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+                if again:
+                    raise
+                continue
+            if response.will_close:
+                self.http.close()
+            return response.status, content
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.http.close()
 
 
 def packet(i: int, task: str = "t0") -> dict:
@@ -69,7 +102,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--batch", type=int, default=100)
     args, _ = parser.parse_known_args()  # `make bench` hands every bench the same arguments
 
@@ -91,7 +125,7 @@ def main() -> None:
     )
     web = subprocess.Popen(
         [str(Path(python).parent / "gunicorn"), "fleet.wsgi", "--bind", f"127.0.0.1:{PORT}",
-         "--workers", str(args.workers), "--log-level", "warning"],
+         "--workers", str(args.workers), "--threads", str(args.threads), "--log-level", "warning"],
         cwd=ROOT, env=env,
     )  # fmt: skip
     try:
@@ -99,7 +133,8 @@ def main() -> None:
 
         from fleet import signing
 
-        url = f"http://127.0.0.1:{PORT}/hooks/v1/agents/{agent['id']}/events"
+        path = f"/hooks/v1/agents/{agent['id']}/events"
+        url = f"http://127.0.0.1:{PORT}{path}"
         for _ in range(100):
             try:
                 httpx.get(f"http://127.0.0.1:{PORT}/healthz")
@@ -136,31 +171,32 @@ def main() -> None:
         def load(worker: int) -> None:
             n = 0
             local: list[float] = []
-            with httpx.Client() as client:
-                while time.monotonic() < stop:
-                    n += 1
-                    own = f"t{worker * share + n % share}"
-                    if n % 2:
-                        body, headers = signed(
-                            "packet.submitted",
-                            {"run": "r", "task": own, "packet": packet(n, own)},
-                        )
-                    else:
-                        claim = {
-                            "key": f"c-{worker}-{n}",
-                            "statement": "customers has customer_tier " * 20,
-                        }
-                        body, headers = signed(
-                            "claim.posted", {"run": "r", "task": own, "claim": claim}
-                        )
-                    began = time.perf_counter()
-                    response = client.post(url, content=body, headers=headers)
-                    local.append(time.perf_counter() - began)
-                    if response.status_code != 202:
-                        with lock:
-                            errors[0] += 1
-                            if len(refusals) < 3:
-                                refusals.append(f"{response.status_code} {response.text[:300]}")
+            client = Connection(PORT)
+            while time.monotonic() < stop:
+                n += 1
+                own = f"t{worker * share + n % share}"
+                if n % 2:
+                    body, headers = signed(
+                        "packet.submitted",
+                        {"run": "r", "task": own, "packet": packet(n, own)},
+                    )
+                else:
+                    claim = {
+                        "key": f"c-{worker}-{n}",
+                        "statement": "customers has customer_tier " * 20,
+                    }
+                    body, headers = signed(
+                        "claim.posted", {"run": "r", "task": own, "claim": claim}
+                    )
+                began = time.perf_counter()
+                status, content = client.post(path, body, headers)
+                local.append(time.perf_counter() - began)
+                if status != 202:
+                    with lock:
+                        errors[0] += 1
+                        if len(refusals) < 3:
+                            refusals.append(f"{status} {content[:300].decode()}")
+            client.close()
             with lock:
                 latencies.extend(local)
 
@@ -172,40 +208,41 @@ def main() -> None:
             t.join()
         elapsed = time.monotonic() - began
 
-        batches_url = url.replace("/events", "/batches")
+        batches_path = path.replace("/events", "/batches")
         batched = [0, 0]  # events applied, batches sent
         batch_latencies: list[float] = []
         stop = time.monotonic() + args.seconds
 
         def load_batches(worker: int) -> None:
             n = 0
-            with httpx.Client(timeout=120) as client:
-                while time.monotonic() < stop:
-                    items = []
-                    for _ in range(args.batch):
-                        n += 1
-                        own = f"t{worker * share + n % share}"
-                        claim = {
-                            "key": f"b-{worker}-{n}",
-                            "statement": "customers has customer_tier " * 20,
-                        }
-                        items.append({"id": uuid.uuid4().hex, "type": "claim.posted",
-                                      "timestamp": "2026-12-02T10:00:00Z",
-                                      "data": {"run": "r", "task": own, "claim": claim}})  # fmt: skip
-                    body = json.dumps({"events": items}).encode()
-                    headers = signing.sign(secret, msg_id=f"msg_{uuid.uuid4().hex}",
-                                           timestamp=int(time.time()), body=body)  # fmt: skip
-                    headers["content-type"] = "application/json"
-                    sent = time.perf_counter()
-                    response = client.post(batches_url, content=body, headers=headers)
-                    took = time.perf_counter() - sent
-                    ok = response.status_code == 200 and all(
-                        r["status"] == 202 for r in response.json()["results"]
-                    )
-                    with lock:
-                        batched[0] += len(items) if ok else 0
-                        batched[1] += 1
-                        batch_latencies.append(took)
+            client = Connection(PORT)
+            while time.monotonic() < stop:
+                items = []
+                for _ in range(args.batch):
+                    n += 1
+                    own = f"t{worker * share + n % share}"
+                    claim = {
+                        "key": f"b-{worker}-{n}",
+                        "statement": "customers has customer_tier " * 20,
+                    }
+                    items.append({"id": uuid.uuid4().hex, "type": "claim.posted",
+                                  "timestamp": "2026-12-02T10:00:00Z",
+                                  "data": {"run": "r", "task": own, "claim": claim}})  # fmt: skip
+                body = json.dumps({"events": items}).encode()
+                headers = signing.sign(secret, msg_id=f"msg_{uuid.uuid4().hex}",
+                                       timestamp=int(time.time()), body=body)  # fmt: skip
+                headers["content-type"] = "application/json"
+                sent = time.perf_counter()
+                status, content = client.post(batches_path, body, headers)
+                took = time.perf_counter() - sent
+                ok = status == 200 and all(
+                    r["status"] == 202 for r in json.loads(content)["results"]
+                )
+                with lock:
+                    batched[0] += len(items) if ok else 0
+                    batched[1] += 1
+                    batch_latencies.append(took)
+            client.close()
 
         batch_began = time.monotonic()
         threads = [
@@ -227,14 +264,15 @@ def main() -> None:
                                  "data": {"run": "r", "task": "t0", "claim": {"key": "f", "statement": "x"}}}).encode()  # fmt: skip
 
         def load_refused() -> None:
-            with httpx.Client() as client:
-                while time.monotonic() < stop:
-                    headers = signing.sign(wrong, msg_id=f"msg_{uuid.uuid4().hex}",
-                                           timestamp=int(time.time()), body=claim_body)  # fmt: skip
-                    headers["content-type"] = "application/json"
-                    if client.post(url, content=claim_body, headers=headers).status_code == 401:
-                        with lock:
-                            refused[0] += 1
+            client = Connection(PORT)
+            while time.monotonic() < stop:
+                headers = signing.sign(wrong, msg_id=f"msg_{uuid.uuid4().hex}",
+                                       timestamp=int(time.time()), body=claim_body)  # fmt: skip
+                headers["content-type"] = "application/json"
+                if client.post(path, claim_body, headers)[0] == 401:
+                    with lock:
+                        refused[0] += 1
+            client.close()
 
         floor_began = time.monotonic()
         threads = [threading.Thread(target=load_refused) for _ in range(args.concurrency)]

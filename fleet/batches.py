@@ -6,7 +6,8 @@ single post of it would get (`{"results": [{"id", "status", "body"}]}`); an id a
 (in an earlier request, or earlier in the same batch) gets its first result again, or a 409 when
 its body differs. The batch is one transaction with a savepoint per event, its event rows one
 insert and each run's frontier one recompute; a stretch of claim.posted and task.finished is
-looked up at once and its common events written with a few bulk statements (runs/bulk.py). When a concurrent
+looked up at once and its common events written with a few bulk statements (runs/bulk.py; on
+PostgreSQL the claims and the event rows with COPY, fleet/rows.py). When a concurrent
 request applied one of its ids first, the batch is applied again event by event.
 """
 
@@ -19,7 +20,7 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
-from fleet import dispatch
+from fleet import dispatch, rows
 from fleet.dispatch import Context
 from fleet.errors import Refusal, error, errors_body
 from fleet.errors import body as refusal_body
@@ -208,7 +209,7 @@ def _apply_in_bulk(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
         replies.append(reply)
     if stretch is not None:
         stretch.write()
-    Event.objects.bulk_create(fresh)
+    rows.insert(fresh)
     return [
         result(item, Reply(202, answer(reply)) if isinstance(reply, Event) else reply)
         for item, reply in zip(items, replies, strict=True)

@@ -67,24 +67,28 @@ def unstorable(value: object, loc: str = "") -> list[dict[str, str]]:
     """Every value the database cannot store: a NUL byte, an unpaired surrogate (in a key or a
     string), a number outside the range of a double (1e999 reads as infinity)."""
     found: list[dict[str, str]] = []
-    stack: list[tuple[object, str]] = [(value, loc)]
+
+    def where(path: JsonPath | None) -> str:  # spelled out only for an error
+        spelled = _spelled(path)
+        return f"{loc}.{spelled}" if loc and spelled else loc or spelled or "body"
+
+    stack: list[tuple[object, JsonPath | None]] = [(value, None)]
     while stack:
-        item, where = stack.pop()
+        item, path = stack.pop()
         if isinstance(item, str):
             problem = _unstorable(item)
             if problem:
-                found.append(error(where or "body", problem))
+                found.append(error(where(path), problem))
         elif isinstance(item, float) and not math.isfinite(item):
-            found.append(error(where or "body", "is a number outside the range of a double"))
+            found.append(error(where(path), "is a number outside the range of a double"))
         elif isinstance(item, dict):
             for key, child in item.items():
-                child_loc = f"{where}.{_printable(key)}" if where else _printable(key)
                 problem = _unstorable(key)
                 if problem:
-                    found.append(error(child_loc, "field name " + problem))
-                stack.append((child, child_loc))
+                    found.append(error(where((path, key)), "field name " + problem))
+                stack.append((child, (path, key)))
         elif isinstance(item, list):
-            stack.extend((child, f"{where}.{i}") for i, child in enumerate(item))
+            stack.extend((child, (path, i)) for i, child in enumerate(item))
     return sorted(found, key=lambda e: e["loc"])
 
 

@@ -25,6 +25,7 @@ from uuid import UUID
 from django.db import connection
 from django.db.models import CharField, IntegerField, OuterRef, Subquery, Value
 
+from fleet import rows
 from fleet.models import Agent
 from runs import scheduler
 from runs.claims.bearing import NO_SUBJECT, subjects_of
@@ -297,10 +298,10 @@ class Stretch:
         """Store what was answered so far; the claims' verification goes after commit."""
         writes, self.writes = self.writes, Writes()
         if writes.claims:
-            Claim.objects.bulk_create(writes.claims)
+            rows.insert(writes.claims)
             for claim, evidence in writes.evidence:
                 evidence.claim = claim
-            Evidence.objects.bulk_create([evidence for _, evidence in writes.evidence])
+            rows.insert([evidence for _, evidence in writes.evidence])
             ClaimUse.objects.bulk_create(
                 [ClaimUse(claim=claim, task_id=pk, at=at) for claim, pk, at in writes.uses],
                 ignore_conflicts=True,

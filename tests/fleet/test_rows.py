@@ -1,11 +1,17 @@
-"""Model instances read in raw SQL are the ones the ORM builds (on SQLite and PostgreSQL)."""
+"""Model instances read in raw SQL are the ones the ORM builds, and instances written in bulk
+are stored as the ORM stores them (on SQLite and PostgreSQL)."""
 
-from django.db import connection
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Model
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet import rows, services
-from fleet.models import Agent, Fleet
-from runs.models import Run, Task
+from fleet.models import Agent, Event, Fleet
+from runs.models import Claim, Evidence, Run, Task
 
 
 def read(sql: str, *params: object) -> tuple:
@@ -53,3 +59,95 @@ def test_a_left_join_that_found_nothing_is_none(fleet: Fleet) -> None:
 
     assert rows.instance(Fleet, row[: rows.width(Fleet)]) == fleet
     assert rows.instance(Run, row[rows.width(Fleet) :]) is None
+
+
+def stored[M: Model](model: type[M], pks: list[int]) -> list[list[object]]:
+    found = {obj.pk: obj for obj in model.objects.filter(pk__in=pks)}
+    return [[getattr(found[pk], f.attname) for f in model._meta.concrete_fields] for pk in pks]
+
+
+def claims(run: Run, task: Task, prefix: str, at: datetime) -> list[Claim]:
+    awkward = "tab\there, a newline\nthere, a back\\slash, 'quotes' \"both\", é ☃ 𝄞, \\N"
+    return [
+        Claim(run=run, task=task, key=f"{prefix}-plain", statement="the column exists",
+              posted_at=at),
+        Claim(run=run, task=task, key=f"{prefix}-awkward", statement=awkward, posted_at=at,
+              about=[{"datasource": "orders", "table": awkward}], load_bearing=False,
+              posted_by="agent:coder", status=Claim.Status.VERIFIED, checked_at=at + timedelta(1),
+              verification_pending=True),
+        Claim(run=run, task=task, key=f"{prefix}-empty", statement="", posted_at=at, about=[]),
+    ]  # fmt: skip
+
+
+def test_instances_written_in_bulk_are_stored_as_the_orm_stores_them(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+    run = Run.objects.create(fleet=fleet, key="r1", started_by=agent, started_at=now)
+    task = Task.objects.create(run=run, key="t1", agent=agent, position=0, created_at=now)
+    ours, theirs = claims(run, task, "ours", now), claims(run, task, "orm", now)
+
+    rows.insert(ours)
+    Claim.objects.bulk_create(theirs)
+
+    assert all(c.pk is not None and c._state.adding is False for c in ours)
+    mine, orms = stored(Claim, [c.pk for c in ours]), stored(Claim, [c.pk for c in theirs])
+    key = [f.attname for f in Claim._meta.concrete_fields].index("key")
+    for row in (*mine, *orms):
+        row[0] = row[key] = None  # their own keys
+    assert mine == orms
+    assert Claim.objects.get(pk=ours[1].pk).about == [
+        {"datasource": "orders", "table": ours[1].statement}
+    ]
+    evidence = [
+        Evidence(claim=ours[0], kind="query_result", source="SELECT 1", payload_hash="sha256:ab",
+                 submitted_by="agent:coder", created_at=now, payload=None),
+        Evidence(claim=ours[1], kind="query_result", source="SELECT 2", payload_hash="sha256:cd",
+                 submitted_by="agent:coder", created_at=now, payload={"rows": [[1, None, 2.5]]}),
+    ]  # fmt: skip
+    rows.insert(evidence)
+    assert [(e.claim_id, e.payload) for e in Evidence.objects.order_by("pk")] == [
+        (ours[0].pk, None),  # SQL NULL, as the ORM stores None
+        (ours[1].pk, {"rows": [[1, None, 2.5]]}),
+    ]
+    assert Evidence.objects.filter(payload__isnull=True).count() == 1
+
+
+def test_nothing_to_insert_is_no_statement(db: None) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        rows.insert([])
+    assert not queries.captured_queries
+
+
+@pytest.mark.postgres
+def test_hundreds_of_instances_are_two_statements_on_postgresql(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+    events = [
+        Event(fleet=fleet, agent=agent, webhook_id=f"msg_{n}", body_sha256="ab" * 32,
+              type="claim.posted", data={"n": n}, occurred_at=now, response_status=202,
+              response={"type": "claim.posted", "n": n})
+        for n in range(300)
+    ]  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        rows.insert(events)
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT", "COPY"]
+    assert len({e.pk for e in events}) == 300
+    assert [
+        e.response["n"] for e in Event.objects.filter(pk__in=[e.pk for e in events]).order_by("pk")
+    ] == sorted(range(300), key=lambda n: events[n].pk)
+    assert Event.objects.get(webhook_id="msg_7").data == {"n": 7}
+
+
+def test_a_key_taken_is_djangos_integrity_error_and_writes_nothing(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+
+    def event(webhook_id: str) -> Event:
+        return Event(fleet=fleet, agent=agent, webhook_id=webhook_id, body_sha256="ab" * 32,
+                     type="claim.posted", data={}, occurred_at=now, response_status=202,
+                     response={})  # fmt: skip
+
+    rows.insert([event("msg_taken")])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rows.insert([event("msg_new"), event("msg_taken")])
+    assert list(Event.objects.values_list("webhook_id", flat=True)) == ["msg_taken"]
