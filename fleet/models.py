@@ -178,8 +178,13 @@ class Membership(models.Model):
 class Event(models.Model):
     """An applied webhook event: append-only, and the idempotency record for its webhook-id."""
 
-    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="events")
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="events")
+    # No index of their own: (fleet, received_at) and (agent, webhook_id) lead with them.
+    fleet = models.ForeignKey(
+        Fleet, on_delete=models.PROTECT, related_name="events", db_index=False
+    )
+    agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, related_name="events", db_index=False
+    )
     webhook_id = models.CharField(max_length=200)
     body_sha256 = models.CharField(max_length=64)
     type = models.CharField(max_length=40)

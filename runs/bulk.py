@@ -98,47 +98,17 @@ class Stretch:
         """`wanted`: the (run, task, claim key or None) the stretch names."""
         wanted = list(wanted)
         pairs = {(run, task) for run, task, _ in wanted}
-        tasks = Task.objects.filter(
-            run__fleet_id=fleet_id,
-            run__key__in={run for run, _ in pairs},
-            key__in={task for _, task in pairs},
-        )
-        if any(key is None for _, _, key in wanted):  # a finish: it needs the latest attempt
-            latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
-            tasks = tasks.annotate(
-                attempt=Subquery(latest.values("pk")[:1]),
-                number=Subquery(latest.values("number")[:1]),
-                attempt_outcome=Subquery(latest.values("outcome")[:1]),
-            )
-        else:  # claims alone: no attempt is read
-            tasks = tasks.annotate(
-                attempt=Value(None, output_field=IntegerField()),
-                number=Value(None, output_field=IntegerField()),
-                attempt_outcome=Value(None, output_field=CharField()),
-            )
-        found = (
-            tasks.values_list(
-                "run__key",
-                "key",
-                "pk",
-                "run_id",
-                "agent_id",
-                "state",
-                "attempt",
-                "number",
-                "attempt_outcome",
-            )  # fmt: skip
-        )
+        finishing = any(key is None for _, _, key in wanted)  # a finish needs the latest attempt
         # Plain rows, not models: a batch names hundreds of tasks.
         self.tasks = {
-            (run, key): Row(key, *rest) for run, key, *rest in found if (run, key) in pairs
+            (run, key): Row(key, *rest)
+            for run, key, *rest in tasks_named(fleet_id, pairs, attempts=finishing)
+            if (run, key) in pairs
         }
         named = {row.run_id: run for (run, _), row in self.tasks.items()}
         self.runs = {run_id: Run(pk=run_id, key=key) for run_id, key in named.items()}
         keys = {key for _, _, key in wanted if key is not None}
-        self.taken = set(
-            Claim.objects.filter(run_id__in=self.runs, key__in=keys).values_list("run_id", "key")
-        )
+        self.taken = claimed(set(self.runs), keys)
         self.running: dict[int, dict[int, Runner]] = defaultdict(dict)
         self.read_running(list(self.runs))
         producers = {
@@ -313,6 +283,86 @@ class Stretch:
             Attempt.objects.bulk_update(writes.attempts, FINISHED_FIELDS)
             Task.objects.bulk_update(writes.tasks, ["state", "ready", "finished_at"])
             Artifact.objects.bulk_create(writes.artifacts)
+
+
+def tasks_named(
+    fleet_id: int, pairs: set[tuple[str, str]], *, attempts: bool
+) -> list[tuple[Any, ...]]:
+    """(run key, task key, id, run id, agent id, state, latest attempt's id, number, outcome)
+    for each (run, task) of the fleet found; the attempt's three None unless `attempts`.
+
+    On PostgreSQL each pair is one probe of the (run, key) index, however many tasks the run
+    has: filtered by run and by a list of keys, the planner reads every task of the run when its
+    statistics are behind (a run just started, a table not analyzed since it grew)."""
+    if not pairs:
+        return []
+    if connection.vendor != "postgresql":
+        return list(_tasks_named_by_the_orm(fleet_id, pairs, attempts=attempts))
+    latest = (
+        "LEFT JOIN LATERAL (SELECT id, number, outcome FROM runs_attempt WHERE task_id = t.id "
+        "ORDER BY number DESC LIMIT 1) a ON true"
+        if attempts
+        else "LEFT JOIN (SELECT NULL::bigint AS id, NULL::integer AS number, "
+        "NULL::text AS outcome) a ON false"
+    )
+    runs, tasks = zip(*sorted(pairs), strict=True)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT w.run, t.key, t.id, t.run_id, t.agent_id, t.state, a.id, a.number, a.outcome "  # noqa: S608
+            "FROM unnest(%s::text[], %s::text[]) AS w(run, task) "
+            "JOIN runs_run r ON r.fleet_id = %s AND r.key = w.run "
+            # A subquery for each pair, which the planner cannot turn into a scan of the run
+            "CROSS JOIN LATERAL (SELECT id, key, run_id, agent_id, state FROM runs_task "
+            f"WHERE run_id = r.id AND key = w.task LIMIT 1) t {latest}",
+            [list(runs), list(tasks), fleet_id],
+        )
+        return cursor.fetchall()
+
+
+def _tasks_named_by_the_orm(
+    fleet_id: int, pairs: set[tuple[str, str]], *, attempts: bool
+) -> Iterable[tuple[Any, ...]]:
+    tasks = Task.objects.filter(
+        run__fleet_id=fleet_id,
+        run__key__in={run for run, _ in pairs},
+        key__in={task for _, task in pairs},
+    )
+    if attempts:
+        latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+        tasks = tasks.annotate(
+            attempt=Subquery(latest.values("pk")[:1]),
+            number=Subquery(latest.values("number")[:1]),
+            attempt_outcome=Subquery(latest.values("outcome")[:1]),
+        )
+    else:
+        tasks = tasks.annotate(
+            attempt=Value(None, output_field=IntegerField()),
+            number=Value(None, output_field=IntegerField()),
+            attempt_outcome=Value(None, output_field=CharField()),
+        )
+    return tasks.values_list(
+        "run__key", "key", "pk", "run_id", "agent_id", "state", "attempt", "number",
+        "attempt_outcome",
+    )  # fmt: skip
+
+
+def claimed(run_ids: set[int], keys: set[str]) -> set[tuple[int, str]]:
+    """The (run id, key) of `keys` already claimed in the runs; on PostgreSQL one probe of the
+    (run, key) index a pair, however many claims the runs have (see `tasks_named`)."""
+    if not run_ids or not keys:
+        return set()
+    if connection.vendor != "postgresql":
+        found = Claim.objects.filter(run_id__in=run_ids, key__in=keys)
+        return set(found.values_list("run_id", "key"))
+    pairs = sorted((run, key) for run in run_ids for key in keys)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.run_id, c.key FROM unnest(%s::bigint[], %s::text[]) AS w(run_id, key) "
+            "CROSS JOIN LATERAL (SELECT run_id, key FROM runs_claim "
+            "WHERE run_id = w.run_id AND key = w.key LIMIT 1) c",
+            [[run for run, _ in pairs], [key for _, key in pairs]],
+        )
+        return set(cursor.fetchall())
 
 
 def _marks(ids: set[int]) -> str:

@@ -85,7 +85,8 @@ class Task(models.Model):
 
     UNFINISHED = (State.PENDING, State.RUNNING, State.ESCALATED)
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
+    # No index of its own: (run, key) and the other indexes below lead with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     key = models.CharField(max_length=200)
     title = models.CharField(max_length=300, blank=True)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks")
@@ -176,7 +177,8 @@ class Claim(models.Model):
         VERIFIED = "verified"
         REFUTED = "refuted"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="claims")
+    # No index of its own: (run, key) and (run, status) lead with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="claims", db_index=False)
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="claims_posted")
     key = models.CharField(max_length=200)
     statement = models.TextField()
