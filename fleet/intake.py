@@ -18,7 +18,7 @@ from django.core.cache.backends.redis import RedisCache
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
-from fleet import keyring, signing
+from fleet import keyring, rows, signing
 from fleet.dispatch import HANDLERS, Context, reference_errors
 from fleet.errors import Refusal, error, errors_body
 from fleet.errors import body as refusal_body
@@ -327,9 +327,10 @@ def event_row(
     """The applied event's row, with the response its handler gave (`handled`)."""
     occurred = event_time(envelope.timestamp)
     response = {"type": envelope.type, **handled}
-    return Event(
+    return rows.new(
+        Event,
         fleet_id=agent.fleet_id,
-        agent=agent,
+        agent_id=agent.pk,
         webhook_id=webhook_id,
         body_sha256=digest,
         type=envelope.type,

@@ -60,6 +60,21 @@ def instance[M: Model](model: type[M], values: Sequence[Any], alias: str = "defa
     return model.from_db(alias, names, converted)
 
 
+def new[M: Model](model: type[M], **values: Any) -> M:
+    """`model(**values)` for values named by attname (`agent_id`, not `agent`), the fields'
+    defaults for the rest, built the way the ORM builds rows it reads: a batch builds hundreds,
+    and the keyword path resolves every field and relation of each."""
+    args = [values.pop(name) if name in values else default() for name, default in _defaults(model)]
+    if values:
+        raise TypeError(f"{model.__name__} has no field {', '.join(sorted(values))}")
+    return model(*args)
+
+
+@cache
+def _defaults(model: type[Model]) -> list[tuple[str, Callable[[], Any]]]:
+    return [(str(field.attname), field.get_default) for field in model._meta.concrete_fields]
+
+
 def insert(objs: Sequence[Model], alias: str = "default") -> None:
     """Store new instances of one model as `bulk_create` would, each given its primary key.
 

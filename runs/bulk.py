@@ -170,7 +170,8 @@ class Stretch:
         reason = posted_reason(evidence, imported=False, subjects=bool(subjects))
         by = f"agent:{posting.actor.name}"
         run = self.runs[row.run_id]
-        posted = Claim(
+        posted = rows.new(
+            Claim,
             run_id=row.run_id,
             task_id=row.pk,
             key=claim.key,

@@ -151,3 +151,27 @@ def test_a_key_taken_is_djangos_integrity_error_and_writes_nothing(fleet: Fleet)
     with pytest.raises(IntegrityError), transaction.atomic():
         rows.insert([event("msg_new"), event("msg_taken")])
     assert list(Event.objects.values_list("webhook_id", flat=True)) == ["msg_taken"]
+
+
+def test_a_new_instance_built_by_attname_is_the_keyword_built_one(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+    values = dict(webhook_id="msg_1", body_sha256="ab" * 32, type="claim.posted", data={"a": 1},
+                  occurred_at=now, received_at=now, response_status=202, response={})  # fmt: skip
+
+    built = rows.new(Event, fleet_id=fleet.pk, agent_id=agent.pk, **values)
+    expected = Event(fleet=fleet, agent=agent, **values)
+
+    fields = Event._meta.concrete_fields
+    assert [getattr(built, f.attname) for f in fields] == [
+        getattr(expected, f.attname) for f in fields
+    ]
+    assert built.pk is None and built._state.adding is True
+    defaulted = rows.new(Claim, run_id=1, task_id=1, key="k", statement="s", posted_at=now)
+    assert (defaulted.about, defaulted.status, defaulted.load_bearing) == ([], "unverified", True)
+    assert rows.new(Claim, posted_at=now).about is not rows.new(Claim, posted_at=now).about
+
+
+def test_a_new_instance_refuses_a_field_its_model_has_not() -> None:
+    with pytest.raises(TypeError, match="Claim has no field agent, colour"):
+        rows.new(Claim, colour="red", agent="coder")
