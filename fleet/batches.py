@@ -37,6 +37,7 @@ from fleet.intake import (
     over_rate,
     prepare,
     replay,
+    replayed,
     rolled_back,
     webhook_id_problem,
 )
@@ -258,7 +259,9 @@ def apply_in_batch(
         with transaction.atomic():  # a savepoint: a refused event leaves nothing behind
             return applied(agent, actor, item.id, item.digest, envelope, data, False)
     except Refusal as exc:
-        return Reply(exc.status, refusal_body(exc))
+        # A concurrent copy of it, committed since this batch looked its ids up, may be why it
+        # is refused (its claim key is taken now): then it gets that copy's result.
+        return replayed(agent, item.id, item.digest) or Reply(exc.status, refusal_body(exc))
 
 
 def result(item: Item, reply: Reply) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Twenty copies of one event at the same moment apply once (PostgreSQL, real transactions)."""
+"""Copies of one event, or of one batch, at the same moment apply once (PostgreSQL, real
+transactions)."""
 
 import json
 import threading
@@ -126,3 +127,45 @@ def test_agents_asking_one_question_at_once_all_get_202_and_one_escalation(plann
     assert [status for status, _ in answers] == [202] * len(keys), answers
     assert Escalation.objects.filter(status=Escalation.Status.OPEN).count() == 1
     assert Task.objects.filter(state=Task.State.ESCALATED).count() == len(keys)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_simultaneous_copies_of_one_batch_apply_each_event_once(planner, coder):
+    from runs.models import Claim
+    from tests.fleet.test_batches import batch_path, event
+
+    assert planner.post("run.started", {"run": "r1", "tasks": [task("a")]}).status_code == 202
+    events = [
+        event("claim.posted", {"run": "r1", "task": "a",
+                               "claim": {"key": f"k{n}", "statement": f"fact {n}"}})
+        for n in range(50)
+    ]  # fmt: skip
+    body = json.dumps({"events": events}).encode()
+    barrier = threading.Barrier(6)
+    responses: list = []
+    lock = threading.Lock()
+
+    def send(i: int) -> None:
+        client = Client()
+        extra = wsgi_headers(coder.headers(body, webhook_id=f"msg_batch_{i}"))
+        barrier.wait()
+        response = client.generic(
+            "POST", batch_path(coder), body, content_type="application/json", **extra
+        )
+        with lock:
+            responses.append((response.status_code, response.json()))
+        connection.close()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert [status for status, _ in responses] == [200] * 6
+    results = [reply["results"] for _, reply in responses]
+    assert all(r == results[0] for r in results)  # every copy gets the first results
+    assert [r["status"] for r in results[0]] == [202] * 50
+    assert Event.objects.filter(type="claim.posted").count() == 50
+    assert Claim.objects.filter(run__key="r1").count() == 50
