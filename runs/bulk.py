@@ -99,11 +99,16 @@ class Stretch:
         wanted = list(wanted)
         pairs = {(run, task) for run, task, _ in wanted}
         finishing = any(key is None for _, _, key in wanted)  # a finish needs the latest attempt
+        found = tasks_named(fleet_id, pairs, attempts=finishing)
+        if finishing:
+            # A finish changes its task: the tasks to finish are locked (as one finish alone
+            # locks its task), then read again as a concurrent finish may have left them.
+            ending = {(run, task) for run, task, key in wanted if key is None}
+            lock([row[2] for row in found if (row[0], row[1]) in ending])
+            found = tasks_named(fleet_id, pairs, attempts=True)
         # Plain rows, not models: a batch names hundreds of tasks.
         self.tasks = {
-            (run, key): Row(key, *rest)
-            for run, key, *rest in tasks_named(fleet_id, pairs, attempts=finishing)
-            if (run, key) in pairs
+            (run, key): Row(key, *rest) for run, key, *rest in found if (run, key) in pairs
         }
         named = {row.run_id: run for (run, _), row in self.tasks.items()}
         self.runs = {run_id: Run(pk=run_id, key=key) for run_id, key in named.items()}
@@ -345,6 +350,14 @@ def _tasks_named_by_the_orm(
         "run__key", "key", "pk", "run_id", "agent_id", "state", "attempt", "number",
         "attempt_outcome",
     )  # fmt: skip
+
+
+def lock(task_ids: list[int]) -> None:
+    """Lock the tasks until the transaction ends, in the order of their ids (every batch takes
+    them in the same order)."""
+    if task_ids:
+        tasks = Task.objects.filter(pk__in=task_ids).order_by("pk").select_for_update()
+        list(tasks.values_list("pk", flat=True))
 
 
 def claimed(run_ids: set[int], keys: set[str]) -> set[tuple[int, str]]:

@@ -221,4 +221,4 @@ def test_tasks_finishing_with_their_claims_cost_the_same_few_statements_however_
 
     few, many = statements(coder, work(keys[:5])), statements(coder, work(keys[5:]))
     assert many == few, (few, many)
-    assert many <= 11  # and the attempts' and the tasks' updates
+    assert many <= 13  # and the tasks' lock and second read, the attempts' and the tasks' updates

@@ -169,3 +169,52 @@ def test_simultaneous_copies_of_one_batch_apply_each_event_once(planner, coder):
     assert [r["status"] for r in results[0]] == [202] * 50
     assert Event.objects.filter(type="claim.posted").count() == 50
     assert Claim.objects.filter(run__key="r1").count() == 50
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_batches_finishing_the_same_tasks_at_once_finish_each_once(planner, coder):
+    from runs.models import Attempt
+    from tests.fleet.test_batches import batch_path, event
+
+    keys = [f"t{n}" for n in range(20)]
+    assert (
+        planner.post("run.started", {"run": "r1", "tasks": [task(k) for k in keys]}).status_code
+        == 202
+    )
+    attempt = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
+    for key in keys:
+        assert (
+            coder.post("task.started", {"run": "r1", "task": key, "attempt": attempt}).status_code
+            == 202
+        )
+    failure = {"kind": "reasoning", "signature": "s", "message": "wrong tier"}
+    outcomes = {
+        "succeeded": {"outcome": "succeeded"},
+        "failed": {"outcome": "failed", "failure": failure},
+    }
+    barrier = threading.Barrier(2)
+    replies: dict[str, list] = {}
+
+    def send(name: str) -> None:
+        events = [event("task.finished", {"run": "r1", "task": k, **outcomes[name]}) for k in keys]
+        body = json.dumps({"events": events}).encode()
+        extra = wsgi_headers(coder.headers(body, webhook_id=f"msg_{name}"))
+        barrier.wait()
+        response = Client().generic(
+            "POST", batch_path(coder), body, content_type="application/json", **extra
+        )
+        replies[name] = [r["status"] for r in response.json()["results"]]
+        connection.close()
+
+    threads = [threading.Thread(target=send, args=(name,)) for name in outcomes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    for n, key in enumerate(keys):  # each task finished once: one 202, the other copy 409
+        assert sorted([replies["succeeded"][n], replies["failed"][n]]) == [202, 409], key
+        won = "succeeded" if replies["succeeded"][n] == 202 else "failed"
+        assert Attempt.objects.get(task__key=key).outcome == won
+    assert Event.objects.filter(type="task.finished").count() == 20
