@@ -168,9 +168,17 @@ def apply_batch(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
 
 
 def one_by_one(agent: Agent, item: Item) -> Reply:
-    return apply(
+    return too_large(item) or apply(
         agent=agent, webhook_id=item.id, body=item.body, raw=item.raw, repeated=item.repeated
     )
+
+
+def too_large(item: Item) -> Reply | None:
+    """An event larger than one posted alone may be is refused as that post would be."""
+    limit = settings.WEBHOOK_MAX_BODY_BYTES
+    if len(item.body) <= limit:
+        return None
+    return Reply(413, errors_body([error("body", f"larger than the limit of {limit} bytes")]))
 
 
 def _apply_in_bulk(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
@@ -184,6 +192,10 @@ def _apply_in_bulk(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
     fresh: list[Event] = []
     stretch: Stretch | None = None
     for index, item in enumerate(items):
+        large = too_large(item)
+        if large is not None:
+            replies.append(large)
+            continue
         previous = first.get(item.id)
         if previous is not None:
             if previous.pk is None and previous.body_sha256 == item.digest:

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 UNAUTHORIZED = errors_body([error("webhook-signature", "authentication failed")])
 WEBHOOK_ID_MAX_CHARS = 200  # Event.webhook_id
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -60,6 +61,8 @@ def webhook_id_problem(webhook_id: str) -> str | None:
         return f"is {len(webhook_id)} characters; at most {WEBHOOK_ID_MAX_CHARS}"
     if _CONTROL.search(webhook_id):
         return "contains a control character"
+    if _SURROGATE.search(webhook_id):
+        return "contains an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode"
     return None
 
 

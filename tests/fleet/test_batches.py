@@ -222,6 +222,42 @@ def test_a_bad_envelope_is_422_naming_each_problem_and_applies_nothing(started, 
     assert not Claim.objects.exists()
 
 
+def test_an_id_with_a_control_character_or_a_lone_surrogate_is_named(started):
+    good = event(
+        "claim.posted", {"run": "r1", "task": "a", "claim": {"key": "k", "statement": "s"}}
+    )
+    bad = [{**good, "id": "y\ud800"}, {**good, "id": "x\u0085"}, {**good, "id": "z\x7f"}]
+    response = post_batch(started, [good, *bad])
+    assert response.status_code == 422
+    assert response.json() == {
+        "errors": [
+            {
+                "loc": "events.1.id",
+                "msg": "contains an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode",
+            },
+            {"loc": "events.2.id", "msg": "contains a control character"},
+            {"loc": "events.3.id", "msg": "contains a control character"},
+        ]
+    }
+    assert not Claim.objects.exists()
+
+
+def test_an_event_larger_than_one_posted_alone_may_be_is_413_alone(started, settings):
+    settings.WEBHOOK_MAX_BODY_BYTES = 1_000
+    small = event(
+        "claim.posted", {"run": "r1", "task": "a", "claim": {"key": "k1", "statement": "s"}}
+    )
+    large = event("claim.posted", {"run": "r1", "task": "a",
+                                   "claim": {"key": "k2", "statement": "s" * 1_000}})  # fmt: skip
+    response = post_batch(started, [small, large])
+    assert response.status_code == 200
+    assert [(r["status"], r["body"]) for r in response.json()["results"]][1] == (
+        413,
+        {"errors": [{"loc": "body", "msg": "larger than the limit of 1000 bytes"}]},
+    )
+    assert list(Claim.objects.values_list("key", flat=True)) == ["k1"]
+
+
 def test_an_id_sent_twice_in_one_event_is_named(started):
     body = b'{"events": [{"id": "a1", "id": "a2", "type": "claim.posted", "timestamp": "2026-12-02T10:00:00Z", "data": {}}]}'
     response = post_batch_raw(started, body)
