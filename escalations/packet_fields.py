@@ -9,6 +9,7 @@ ENTRY_MAX_CHARS = 2_000
 ENTRY_MAX_LINES = 10
 LIST_MAX_ITEMS = 20
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # unpaired: a str holds no pairs
 _SPEAKER_LINE = re.compile(
     r"^\s*(user|assistant|system|tool|human|ai|model|function)\s*:", re.IGNORECASE | re.MULTILINE
 )
@@ -102,7 +103,7 @@ def bad_string(value: str, where: str) -> PacketError | None:
         return PacketError(
             where, "contains a NUL byte (\\u0000), which cannot be stored; remove it"
         )
-    if any("\ud800" <= ch <= "\udfff" for ch in value):
+    if _SURROGATE.search(value):
         return PacketError(
             where, "contains an unpaired surrogate (\\ud800-\\udfff), which is not valid UTF-8"
         )

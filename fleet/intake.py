@@ -235,7 +235,7 @@ def apply(
                 event = applied(agent, actor, webhook_id, digest, envelope, data, imported)
                 # The unique (agent, webhook_id) row goes in last, with the response: a
                 # concurrent copy waits on it here and rolls back with an IntegrityError.
-                event.save(force_insert=True)
+                rows.add(event)
             return Reply(202, answer(event))
         except Refusal as exc:
             # A copy applied first may have moved the state on (the task is running now).

@@ -123,9 +123,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHE_URL = os.environ.get("CACHE_URL", "")
 if CACHE_URL.startswith("redis"):
-    CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
-    }
+    CACHES = {"default": {"BACKEND": "fleet.cache.RedisCache", "LOCATION": CACHE_URL}}
 else:
     # Files, not process memory: sign-in throttling and rate limits must hold across the
     # embedded default's web processes (each gunicorn worker has its own memory).

@@ -2,10 +2,13 @@
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Field, Model, QuerySet
+from django.db.models.expressions import RawSQL
 
+from fleet import rows
 from fleet.errors import ErrorItem, Refusal, error
-from fleet.models import Agent
+from fleet.models import Agent, Fleet
 from runs.models import Run, Task
 
 
@@ -40,20 +43,78 @@ def run_and_task(
     *,
     lock: bool = True,
     related: tuple[str, ...] = (),
-    **annotations: Any,
+    **facts: RawSQL,
 ) -> Task:
     """The task with its run and agent in one query (`task.run`), locked unless `lock` is False;
-    `related` and `annotations` are read in the same query. A miss asks again to say which of
-    them is unknown."""
-    tasks = (
-        Task.objects.filter(run__fleet_id=fleet_id, run__key=run, key=task)
-        .select_related("run", "agent", *related)
-        .annotate(**annotations)
+    `related` ("run__fleet") and `facts` (SQL over the task's row, `TASK`) are read in the same
+    query. A miss asks again to say which of them is unknown.
+
+    Written out, not built with the ORM: every event of a task reads it, and compiling the
+    query cost more than running it."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    models: list[type[Model]] = [Task, Run, Agent, *((Fleet,) if "run__fleet" in related else ())]
+    unknown = set(related) - {"run__fleet"}
+    if unknown:
+        raise ValueError(f"run_and_task reads no {', '.join(sorted(unknown))}")
+    params: list[Any] = []
+    selected = [rows.columns(model, table(model)) for model in models]
+    for fact in facts.values():
+        selected.append(fact.sql)
+        params += fact.params
+    joins = (
+        f"FROM {table(Task)} JOIN {table(Run)} ON {table(Run)}.id = {table(Task)}.run_id "
+        f"JOIN {table(Agent)} ON {table(Agent)}.id = {table(Task)}.agent_id "
+        + (
+            f"JOIN {table(Fleet)} ON {table(Fleet)}.id = {table(Run)}.fleet_id "
+            if Fleet in models
+            else ""
+        )
     )
-    found = (tasks.select_for_update(of=("self",)) if lock else tasks).first()
-    if found is None:
+    locked = lock and connection.features.has_select_for_update
+    sql = (
+        f"SELECT {', '.join(selected)} {joins}"  # noqa: S608
+        f"WHERE {table(Run)}.fleet_id = %s AND {table(Run)}.key = %s AND {table(Task)}.key = %s"
+        f" LIMIT 1{f' FOR UPDATE OF {table(Task)}' if locked else ''}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, fleet_id, run, task])
+        values = cursor.fetchone()
+    if values is None:
         raise Refusal([unknown_task(run_for(fleet_id, run), task)])
-    return found
+    found: list[Any] = []
+    at = 0
+    for model in models:
+        found.append(rows.instance(model, values[at : at + rows.width(model)]))
+        at += rows.width(model)
+    row, found_run, agent = found[:3]
+    if Fleet in models:
+        found_run._state.fields_cache["fleet"] = found[3]
+    row._state.fields_cache["run"] = found_run
+    row._state.fields_cache["agent"] = agent
+    for (name, fact), value in zip(facts.items(), values[at:], strict=True):
+        for convert in _converters(fact, connection):
+            value = convert(value, fact, connection)
+        setattr(row, name, value)
+    return row
+
+
+def table(model: type[Model]) -> str:
+    return connections[DEFAULT_DB_ALIAS].ops.quote_name(str(model._meta.db_table))
+
+
+TASK = f"{table(Task)}.id"  # a fact's SQL names the task's row by these
+
+
+def fact(sql: str, field: Field, *params: Any) -> RawSQL:
+    """A fact of the task `run_and_task` reads with it: `sql` names the task's row as {task}
+    and its run's id as {run}."""
+    return RawSQL(  # noqa: S611
+        sql.format(task=TASK, run=f"{table(Task)}.run_id"), params, output_field=field
+    )
+
+
+def _converters(fact: RawSQL, connection: Any) -> list[Any]:
+    return connection.ops.get_db_converters(fact) + fact.get_db_converters(connection)
 
 
 def refuse_unless_own(

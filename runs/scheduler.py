@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from fleet import rows
 from fleet.broker import after_commit
 from fleet.models import Capability, Fleet
 from fleet.outbox import notify
@@ -228,13 +229,15 @@ def mark_changed(
         if claim:
             claims.add(claim)
         return
-    FrontierChange.objects.create(
-        run=run,
+    change = rows.new(
+        FrontierChange,
+        run_id=run.pk,
         keys=None if keys is None else sorted(set(keys)),
         capability=capability or "",
         claims=[claim] if claim else [],
         may_hold=may_hold,
     )
+    rows.add(change)
     recompute_after_commit(run.pk)
 
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, Max, OuterRef, Q, Subquery
+from django.db.models import BooleanField, CharField, IntegerField, Q
 
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent
@@ -22,13 +22,12 @@ from runs.models import (
     Attempt,
     Blocker,
     Claim,
-    FrontierChange,
     Halt,
     ProgressLine,
     Run,
     Task,
 )
-from runs.ownership import refuse_unless_own, run_and_task
+from runs.ownership import fact, refuse_unless_own, run_and_task
 from runs.specs import Outcome
 from runs.start_gate import (
     STOP,
@@ -59,16 +58,16 @@ def task_start(
         actor.fleet_id,
         run,
         task,
-        attempts_made=Subquery(
-            Attempt.objects.filter(task=OuterRef("pk"))
-            .values("task")
-            .annotate(n=Max("number"))
-            .values("n")
+        attempts_made=fact(
+            "(SELECT MAX(a.number) FROM runs_attempt a WHERE a.task_id = {task})", IntegerField()
         ),
-        frontier_stale=Exists(
-            FrontierChange.objects.filter(run_id=OuterRef("run_id"), may_hold=True)
+        frontier_stale=fact(
+            "EXISTS(SELECT 1 FROM runs_frontierchange f WHERE f.run_id = {run} AND f.may_hold)",
+            BooleanField(),
         ),
-        run_has_claims=Exists(Claim.objects.filter(run_id=OuterRef("run_id"))),
+        run_has_claims=fact(
+            "EXISTS(SELECT 1 FROM runs_claim c WHERE c.run_id = {run})", BooleanField()
+        ),
     )
     found = row.run
     number = (getattr(row, "attempts_made", None) or 0) + 1
@@ -236,14 +235,14 @@ def task_finish(
     imported: bool = False,
 ) -> dict[str, Any]:
     """The attempt's outcome, its artifacts; the retry policy is asked after commit if needed."""
-    latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+    latest = "(SELECT a.{} FROM runs_attempt a WHERE a.task_id = {{task}} ORDER BY a.number DESC LIMIT 1)"
     row = run_and_task(
         actor.fleet_id,
         run,
         task,
-        latest_attempt=Subquery(latest.values("pk")[:1]),
-        latest_number=Subquery(latest.values("number")[:1]),
-        latest_outcome=Subquery(latest.values("outcome")[:1]),
+        latest_attempt=fact(latest.format("id"), IntegerField()),
+        latest_number=fact(latest.format("number"), IntegerField()),
+        latest_outcome=fact(latest.format("outcome"), CharField()),
     )
     found = row.run
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)

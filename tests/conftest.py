@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from celery._state import _set_task_join_will_block
 from django.db import connection
 from django.test import Client, TestCase
 from standardwebhooks.webhooks import Webhook
@@ -49,6 +50,10 @@ def required_services(request: pytest.FixtureRequest) -> None:
 def eager_celery(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tasks run inline unless the test drives a real worker."""
     eager = request.node.get_closest_marker("worker") is None
+    # Celery keeps "a task is running here" in one flag per process, which eager tasks run in
+    # two threads at once (the concurrency tests) may leave set: it would refuse every later
+    # `.get()` of this process. No task runs between tests: clear it.
+    _set_task_join_will_block(False)
     previous = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = eager
     yield

@@ -3,8 +3,9 @@
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, OuterRef
+from django.db.models import BooleanField
 
+from fleet import rows
 from fleet.errors import Refusal, error
 from fleet.models import Agent
 from runs import scheduler
@@ -13,6 +14,7 @@ from runs.claims.bearing import NO_SUBJECT, subjects_of
 from runs.claims.circular import AGENT_TEXT, cites_an_agent
 from runs.models import Claim, ClaimUse, Evidence, Run, Task
 from runs.ownership import (
+    fact,
     find_task,
     refuse_unless_own,
     run_and_task,
@@ -77,11 +79,16 @@ def claim_post(
         run,
         task,
         lock=False,
-        claim_taken=Exists(Claim.objects.filter(run_id=OuterRef("run_id"), key=claim.key)),
-        others_running=Exists(
-            Task.objects.filter(run_id=OuterRef("run_id"), state=Task.State.RUNNING).exclude(
-                pk=OuterRef("pk")
-            )
+        claim_taken=fact(
+            "EXISTS(SELECT 1 FROM runs_claim c WHERE c.run_id = {run} AND c.key = %s)",
+            BooleanField(),
+            claim.key,
+        ),
+        others_running=fact(
+            "EXISTS(SELECT 1 FROM runs_task o WHERE o.run_id = {run} AND o.state = %s"
+            " AND o.id <> {task})",
+            BooleanField(),
+            Task.State.RUNNING,
         ),
     )
     found = row.run
@@ -102,9 +109,10 @@ def claim_post(
     reason = posted_reason(evidence, imported=imported, subjects=bool(subjects))
     checkable = evidence is not None and not cites_an_agent(evidence.source) and bool(subjects)
     by = f"agent:{actor.name}"
-    posted = Claim.objects.create(
-        run=found,
-        task=row,
+    posted = rows.new(
+        Claim,
+        run_id=found.pk,
+        task_id=row.pk,
         key=claim.key,
         statement=claim.statement,
         load_bearing=claim.load_bearing,
@@ -115,6 +123,8 @@ def claim_post(
         # An imported claim is history: what checked it, if anything, is in the file.
         verification_pending=checkable and not imported,
     )
+    rows.add(posted)
+    posted._state.fields_cache.update(run=found, task=row)
     if evidence is not None:
         posted_evidence = evidence_row(posted, evidence, role="posted", by=by, task=row, at=at)
         # Never re-checked: another agent's text, or a claim no evidence can bear on.

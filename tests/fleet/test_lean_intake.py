@@ -309,8 +309,7 @@ def redis_cache_url() -> str:
 @pytest.fixture
 def redis_cache(settings):
     settings.CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                    "LOCATION": redis_cache_url()}
+        "default": {"BACKEND": "fleet.cache.RedisCache", "LOCATION": redis_cache_url()}
     }  # fmt: skip
     return caches["default"]
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fleet import rows, services
 from fleet.models import Agent, Event, Fleet
-from runs.models import Claim, Evidence, Run, Task
+from runs.models import Claim, Evidence, FrontierChange, Run, Task
 
 
 def read(sql: str, *params: object) -> tuple:
@@ -175,3 +175,57 @@ def test_a_new_instance_built_by_attname_is_the_keyword_built_one(fleet: Fleet) 
 def test_a_new_instance_refuses_a_field_its_model_has_not() -> None:
     with pytest.raises(TypeError, match="Claim has no field agent, colour"):
         rows.new(Claim, colour="red", agent="coder")
+
+
+def test_one_instance_added_is_stored_as_the_orm_saves_it(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+    run = Run.objects.create(fleet=fleet, key="r1", started_by=agent, started_at=now)
+    task = Task.objects.create(run=run, key="t1", agent=agent, position=0, created_at=now)
+    ours, theirs = claims(run, task, "ours", now), claims(run, task, "orm", now)
+
+    with CaptureQueriesContext(connection) as queries:
+        for claim in ours:
+            rows.add(claim)
+    for claim in theirs:
+        claim.save(force_insert=True)
+
+    assert len(queries.captured_queries) == 3
+    assert all(c.pk is not None and c._state.adding is False for c in ours)
+    mine, orms = stored(Claim, [c.pk for c in ours]), stored(Claim, [c.pk for c in theirs])
+    key = [f.attname for f in Claim._meta.concrete_fields].index("key")
+    for row in (*mine, *orms):
+        row[0] = row[key] = None  # their own keys
+    assert mine == orms
+
+
+def test_an_instance_added_is_stamped_as_the_orm_stamps_it(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    run = Run.objects.create(fleet=fleet, key="r1", started_by=agent, started_at=timezone.now())
+    change = rows.new(FrontierChange, run_id=run.pk, keys=["t1"], claims=["c1"])
+    before = timezone.now()
+
+    rows.add(change)
+
+    stored_change = FrontierChange.objects.get(pk=change.pk)
+    assert before <= stored_change.created_at == change.created_at <= timezone.now()
+    assert (stored_change.keys, stored_change.claims, stored_change.may_hold) == (
+        ["t1"],
+        ["c1"],
+        True,
+    )
+
+
+def test_an_instance_added_with_a_key_taken_is_djangos_integrity_error(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+
+    def event(webhook_id: str) -> Event:
+        return Event(fleet=fleet, agent=agent, webhook_id=webhook_id, body_sha256="ab" * 32,
+                     type="claim.posted", data={"n": 1}, occurred_at=now, response_status=202,
+                     response={})  # fmt: skip
+
+    rows.add(event("msg_taken"))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rows.add(event("msg_taken"))
+    assert list(Event.objects.values_list("webhook_id", "data")) == [("msg_taken", {"n": 1})]

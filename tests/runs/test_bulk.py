@@ -1,10 +1,6 @@
 """A batch's lookups read the rows it names, not the run's: however large the run has grown
 since PostgreSQL last read its statistics (the results of a batch: tests/fleet/test_batch_claims.py)."""
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -14,6 +10,7 @@ from fleet import rows, services
 from fleet.models import Fleet
 from runs.bulk import claimed, tasks_named
 from runs.models import Claim, Run, Task
+from tests.plans import rows_read
 
 pytestmark = pytest.mark.postgres
 
@@ -39,24 +36,6 @@ def grown(fleet: Fleet) -> Run:
         ]
     )
     return run
-
-
-def rows_read(sql: str) -> int:
-    """The most rows any step of the statement's plan read (kept or filtered out)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
-        (plan,) = cursor.fetchone()
-    plan = plan if isinstance(plan, list) else json.loads(plan)
-
-    def steps(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        yield node
-        for child in node.get("Plans", []):
-            yield from steps(child)
-
-    return max(
-        (step["Actual Rows"] + step.get("Rows Removed by Filter", 0)) * step["Actual Loops"]
-        for step in steps(plan[0]["Plan"])
-    )
 
 
 def test_the_tasks_named_are_read_one_by_one_on_the_runs_key(fleet: Fleet, grown: Run) -> None:
