@@ -19,7 +19,7 @@ and the ratio of the p95s (goal: within 3x); `--profile` adds a pyinstrument pro
 Run: `make bench` or `.venv/bin/python bench/desk.py [--answers 200] [--escalations 100000]
 [--pages 200] [--concurrency N] [--profile]`; a smoke run: `--answers 20 --escalations 5000
 --pages 30`. It uses the database `bulkhead_bench_desk` (dropped and created), Redis db 12
-(flushed; BENCH_DESK_BROKER) and port BENCH_DESK_PORT (8777) for the receiver; the worker, the
+(flushed; BENCH_DESK_BROKER), Redis db 8 as the cache (flushed; BENCH_DESK_CACHE) and port BENCH_DESK_PORT (8777) for the receiver; the worker, the
 receiver and the database go when it ends, failed or not.
 """
 
@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 DB = "bulkhead_bench_desk" + os.environ.get("BENCH_DB_SUFFIX", "")
 BROKER = os.environ.get("BENCH_DESK_BROKER", "redis://127.0.0.1:6379/12")
+CACHE = os.environ.get("BENCH_DESK_CACHE", "redis://127.0.0.1:6379/8")  # as in production
 PORT = int(os.environ.get("BENCH_DESK_PORT", "8777"))
 WARMUP = 5  # answers and pings before the measured ones (first connections, first imports)
 FLEETS = 10
@@ -172,6 +173,7 @@ def start_worker(log: Path, concurrency: int) -> subprocess.Popen[bytes]:
         "DATABASE_URL": f"{PG}/{DB}",
         "DJANGO_SETTINGS_MODULE": "fleet.settings",
         "CELERY_BROKER_URL": BROKER,
+        "CACHE_URL": CACHE,
         "CELERY_TASK_ALWAYS_EAGER": "0",
         "LOG_LEVEL": "WARNING",
     }
@@ -591,6 +593,7 @@ def main() -> None:
 
     broker = redis.Redis.from_url(BROKER)
     broker.flushdb()
+    redis.Redis.from_url(CACHE).flushdb()
     sh("dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", "--force", DB)
     sh("createdb", "-h", "127.0.0.1", "-U", "postgres", DB)
     os.environ.update(
@@ -598,6 +601,7 @@ def main() -> None:
             "DATABASE_URL": f"{PG}/{DB}",
             "DJANGO_SETTINGS_MODULE": "fleet.settings",
             "CELERY_BROKER_URL": BROKER,
+            "CACHE_URL": CACHE,
             "CELERY_TASK_ALWAYS_EAGER": "0",
             "LOG_LEVEL": "WARNING",
         }

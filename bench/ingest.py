@@ -9,7 +9,8 @@ Each load thread keeps one HTTP/1.1 connection open, as an agent's client does, 
 the standard library's `http.client`: httpx cost the machine as much CPU per request as the
 server did, and the load shares the machine's cores with the app and PostgreSQL.
 Run: `make bench` or `.venv/bin/python bench/ingest.py [--seconds 10] [--concurrency 8]`. The
-database is bulkhead_bench (BENCH_DB_SUFFIX appended), the port BENCH_PORT (8765).
+database is bulkhead_bench (BENCH_DB_SUFFIX appended), the port BENCH_PORT (8765), the cache
+Redis db 10 (flushed; BENCH_CACHE).
 """
 
 import argparse
@@ -32,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 DB = "bulkhead_bench" + os.environ.get("BENCH_DB_SUFFIX", "")
 PORT = int(os.environ.get("BENCH_PORT", "8765"))
+CACHE = os.environ.get("BENCH_CACHE", "redis://127.0.0.1:6379/10")
 
 
 def sh(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
@@ -109,12 +111,16 @@ def main() -> None:
 
     sh("dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", DB)
     sh("createdb", "-h", "127.0.0.1", "-U", "postgres", DB)
+    import redis
+
+    redis.Redis.from_url(CACHE).flushdb()
     env = {
         **os.environ,
         "DATABASE_URL": f"{PG}/{DB}",
         "DJANGO_SETTINGS_MODULE": "fleet.settings",
         "AGENT_RATE_LIMIT": "100000000",
         "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13"),
+        "CACHE_URL": CACHE,  # the agents' keys and rate counts, as in production
         "LOG_LEVEL": "ERROR",  # not a line per refused request
     }
     python = sys.executable

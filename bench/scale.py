@@ -17,7 +17,8 @@ Run: `make bench` (or `.venv/bin/python bench/scale.py [--seconds 8] [--runs 100
 [--tasks-per-run 1000] [--escalations 100000] [--pages 50] [--skip-scale] [--skip-large]`); a
 smoke run: `--seconds 3 --runs 20 --tasks-per-run 100 --escalations 2000 --pages 10`. It uses the
 databases bulkhead_bench_scale and bulkhead_bench_large (BENCH_DB_SUFFIX appended; dropped when
-it ends), the broker BENCH_SCALE_BROKER (Redis db 11, flushed) and the ports from BENCH_PORT
+it ends), the broker BENCH_SCALE_BROKER (Redis db 11, flushed), the cache BENCH_SCALE_CACHE (Redis db
+9, flushed) and the ports from BENCH_PORT
 (8790).
 """
 
@@ -44,6 +45,7 @@ SUFFIX = os.environ.get("BENCH_DB_SUFFIX", "")
 DB = "bulkhead_bench_scale" + SUFFIX
 LARGE = "bulkhead_bench_large" + SUFFIX
 BROKER = os.environ.get("BENCH_SCALE_BROKER", "redis://127.0.0.1:6379/11")
+CACHE = os.environ.get("BENCH_SCALE_CACHE", "redis://127.0.0.1:6379/9")  # as in production
 PORT = int(os.environ.get("BENCH_PORT", "8790"))
 CONCURRENCY = 8
 HASHES = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
@@ -68,6 +70,7 @@ def app_env(database: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "fleet.settings",
         "AGENT_RATE_LIMIT": "100000000",
         "CELERY_BROKER_URL": BROKER,
+        "CACHE_URL": CACHE,
         "CELERY_TASK_ALWAYS_EAGER": "0",
         "LOG_LEVEL": "WARNING",
     }
@@ -254,6 +257,7 @@ def scale_out(args: argparse.Namespace, log: Path) -> None:
     import redis
 
     redis.Redis.from_url(BROKER).flushdb()
+    redis.Redis.from_url(CACHE).flushdb()
     fresh(DB)
     env = app_env(DB)
     sh(sys.executable, str(ROOT / "manage.py"), "migrate", "-v0", env=env)
