@@ -316,8 +316,10 @@ def tasks_named(
         cursor.execute(
             "SELECT w.run, t.key, t.id, t.run_id, t.agent_id, t.state, a.id, a.number, a.outcome "  # noqa: S608
             "FROM unnest(%s::text[], %s::text[]) AS w(run, task) "
-            "JOIN runs_run r ON r.fleet_id = %s AND r.key = w.run "
-            # A subquery for each pair, which the planner cannot turn into a scan of the run
+            # A subquery for each pair, which the planner cannot turn into a scan of the fleet's
+            # runs or of the run's tasks
+            "CROSS JOIN LATERAL (SELECT id FROM runs_run WHERE fleet_id = %s AND key = w.run "
+            "LIMIT 1) r "
             "CROSS JOIN LATERAL (SELECT id, key, run_id, agent_id, state FROM runs_task "
             f"WHERE run_id = r.id AND key = w.task LIMIT 1) t {latest}",
             [list(runs), list(tasks), fleet_id],

@@ -16,7 +16,9 @@ class Run(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
 
-    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="runs")
+    # Indexed by the run's key and its state, both led by the fleet: an index of the fleet
+    # alone was what a planner behind the fleet's growth read every run of it by.
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="runs", db_index=False)
     key = models.CharField(max_length=200)
     title = models.CharField(max_length=300, blank=True)
     policy = models.CharField(max_length=20, choices=Policy.choices, default=Policy.SCOPED)
@@ -124,7 +126,13 @@ class Task(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="task_key_per_run")]
-        indexes = [models.Index(fields=["run", "state"]), models.Index(fields=["run", "position"])]
+        indexes = [
+            models.Index(fields=["run", "state"]),
+            models.Index(fields=["run", "position"]),
+            # A claim posted asks whether another task of its run is running: a handful of
+            # rows, however many tasks the run has and whatever the statistics say.
+            models.Index(fields=["run"], condition=Q(state="running"), name="running_tasks"),
+        ]
 
     def __str__(self) -> str:
         return self.key

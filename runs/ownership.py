@@ -61,8 +61,23 @@ def run_and_task(
     for fact in facts.values():
         selected.append(fact.sql)
         params += fact.params
+    if connection.vendor == "postgresql":
+        # The run first, then its task by the run's key index: joined the other way round, a
+        # planner whose statistics predate the run's growth may read every task of the agent.
+        task_row = (
+            f"CROSS JOIN LATERAL (SELECT * FROM {table(Task)} WHERE run_id = {table(Run)}.id"  # noqa: S608
+            f" AND key = %s LIMIT 1) {table(Task)} "
+        )
+        where = f"WHERE {table(Run)}.fleet_id = %s AND {table(Run)}.key = %s"
+        params += [task, fleet_id, run]
+    else:
+        task_row = f"JOIN {table(Task)} ON {table(Task)}.run_id = {table(Run)}.id "
+        where = (
+            f"WHERE {table(Run)}.fleet_id = %s AND {table(Run)}.key = %s AND {table(Task)}.key = %s"
+        )
+        params += [fleet_id, run, task]
     joins = (
-        f"FROM {table(Task)} JOIN {table(Run)} ON {table(Run)}.id = {table(Task)}.run_id "
+        f"FROM {table(Run)} {task_row}"
         f"JOIN {table(Agent)} ON {table(Agent)}.id = {table(Task)}.agent_id "
         + (
             f"JOIN {table(Fleet)} ON {table(Fleet)}.id = {table(Run)}.fleet_id "
@@ -72,12 +87,11 @@ def run_and_task(
     )
     locked = lock and connection.features.has_select_for_update
     sql = (
-        f"SELECT {', '.join(selected)} {joins}"  # noqa: S608
-        f"WHERE {table(Run)}.fleet_id = %s AND {table(Run)}.key = %s AND {table(Task)}.key = %s"
+        f"SELECT {', '.join(selected)} {joins}{where}"  # noqa: S608
         f" LIMIT 1{f' FOR UPDATE OF {table(Task)}' if locked else ''}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, fleet_id, run, task])
+        cursor.execute(sql, params)
         values = cursor.fetchone()
     if values is None:
         raise Refusal([unknown_task(run_for(fleet_id, run), task)])

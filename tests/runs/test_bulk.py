@@ -4,38 +4,13 @@ since PostgreSQL last read its statistics (the results of a batch: tests/fleet/t
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
-from fleet import rows, services
 from fleet.models import Fleet
 from runs.bulk import claimed, tasks_named
-from runs.models import Claim, Run, Task
+from runs.models import Run
 from tests.plans import rows_read
 
 pytestmark = pytest.mark.postgres
-
-SIZE = 3_000
-
-
-@pytest.fixture
-def grown(fleet: Fleet) -> Run:
-    """A run of SIZE tasks with a claim each, grown after its tables were last analyzed (empty)."""
-    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
-    now = timezone.now()
-    run = Run.objects.create(fleet=fleet, key="r1", started_by=agent, started_at=now)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE runs_task, runs_claim")
-    tasks = [
-        Task(run=run, key=f"t{n}", agent=agent, position=n, created_at=now) for n in range(SIZE)
-    ]
-    Task.objects.bulk_create(tasks)
-    rows.insert(
-        [
-            Claim(run=run, task=t, key=f"k{n}", statement="s", posted_at=now)
-            for n, t in enumerate(tasks)
-        ]
-    )
-    return run
 
 
 def test_the_tasks_named_are_read_one_by_one_on_the_runs_key(fleet: Fleet, grown: Run) -> None:
