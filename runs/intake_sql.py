@@ -5,6 +5,10 @@ The ORM writes the same rows in three or four statements (the embedded default, 
 that path: `runs.claims.consumers.started_on`); here a data-modifying CTE writes them together,
 so a start costs the same statements whatever the run's claims. Only `runs.task_state` calls it,
 in the event's transaction.
+
+Each claim is found by its own key or its own task (a LATERAL probe of an index each, fenced by
+LIMIT or OFFSET so that the planner cannot turn it into a join): filtered by the run and a list,
+a planner whose statistics predate the run's growth reads all its claims.
 """
 
 from datetime import datetime
@@ -23,14 +27,18 @@ START = """
             started_at = COALESCE(started_at, %(at)s)
         WHERE id = %(task)s
         RETURNING id
-    ), named AS (
-        SELECT key FROM {claim} WHERE run_id = %(run)s AND key = ANY(%(named)s)
+    ), named(key) AS (
+        SELECT unnest(%(named)s::text[])
         UNION
-        SELECT key FROM {claim}
-        WHERE run_id = %(run)s AND NOT superseded AND task_id IN (SELECT id FROM above)
+        SELECT c.key FROM above a CROSS JOIN LATERAL (
+            SELECT key FROM {claim} WHERE task_id = a.id AND NOT superseded OFFSET 0
+        ) c
     ), consumed AS (
-        SELECT id, key, load_bearing FROM {claim}
-        WHERE run_id = %(run)s AND key IN (SELECT key FROM named) AND NOT key = ANY(%(checks)s)
+        SELECT c.id, c.key, c.load_bearing FROM named n CROSS JOIN LATERAL (
+            SELECT id, key, load_bearing FROM {claim} WHERE run_id = %(run)s AND key = n.key
+            LIMIT 1
+        ) c
+        WHERE NOT n.key = ANY(%(checks)s::text[])
     ), used AS (
         INSERT INTO {use} (claim_id, task_id, at, by_check)
         SELECT id, %(task)s, %(at)s, false FROM consumed
@@ -38,7 +46,8 @@ START = """
         RETURNING id
     ), raised AS (
         UPDATE {claim} SET load_bearing = true, raised_by = %(by)s
-        WHERE id IN (SELECT id FROM consumed WHERE key = ANY(%(raise)s) AND NOT load_bearing)
+        WHERE id = ANY(ARRAY(
+            SELECT id FROM consumed WHERE key = ANY(%(raise)s::text[]) AND NOT load_bearing))
         RETURNING id
     )
     SELECT (SELECT count(*) FROM started), (SELECT count(*) FROM used),

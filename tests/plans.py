@@ -5,7 +5,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 
 def rows_read(sql: str) -> int:
@@ -24,3 +25,19 @@ def rows_read(sql: str) -> int:
         (step["Actual Rows"] + step.get("Rows Removed by Filter", 0)) * step["Actual Loops"]
         for step in steps(plan[0]["Plan"])
     )
+
+
+def most_read(queries: CaptureQueriesContext) -> tuple[int, str]:
+    """The most rows any statement captured read, and that statement: its reads and writes
+    (an insert of values reads nothing), each explained in a savepoint rolled back after."""
+    most = (0, "")
+    for query in queries.captured_queries:
+        sql = query["sql"]
+        if not sql.lstrip().startswith(("SELECT", "WITH", "UPDATE", "DELETE")):
+            continue
+        with transaction.atomic():
+            read = rows_read(sql)
+            transaction.set_rollback(True)
+        if read > most[0]:
+            most = (read, sql)
+    return most
