@@ -46,7 +46,8 @@ START = """
         RETURNING id
     ), raised AS (
         UPDATE {claim} SET load_bearing = true, raised_by = %(by)s
-        WHERE id = ANY(ARRAY(
+        -- none to raise (nearly every start): nothing read, whatever the planner thinks
+        WHERE cardinality(%(raise)s::text[]) > 0 AND id = ANY(ARRAY(
             SELECT id FROM consumed WHERE key = ANY(%(raise)s::text[]) AND NOT load_bearing))
         RETURNING id
     )

@@ -1,0 +1,113 @@
+"""Each event an agent sends about a run grown since PostgreSQL last read its statistics reads
+the rows it names, not the run's: every statement of the request, through the signed webhook
+(what its commit sets off, the frontier's recompute, reads the run by design and runs after)."""
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from fleet.models import Fleet
+from runs.claims.hashing import payload_hash
+from runs.models import Attempt, Claim, Run, Task
+from tests.conftest import Sender, make_sender, wsgi_headers
+from tests.plans import most_read
+
+pytestmark = pytest.mark.postgres
+
+MOST = 10  # rows any one statement may read
+
+
+@pytest.fixture
+def planner(client: Any, fleet: Fleet, grown: Run) -> Sender:
+    """An orchestrator acting for the run's coder (data.agent), its tasks t2500-t2502 ready."""
+    Task.objects.filter(run=grown, key__in=["t2500", "t2501", "t2502"]).update(ready=True)
+    return make_sender(client, fleet, "planner", role="planning", orchestrator=True)
+
+
+def sent(sender: Sender, path: str, body: bytes) -> tuple[Any, CaptureQueriesContext]:
+    """The response and the statements of one request; nothing after its commit runs."""
+    with CaptureQueriesContext(connection) as queries:
+        response = sender.client.generic(
+            "POST", path, body, content_type="application/json",
+            **wsgi_headers(sender.headers(body)),
+        )  # fmt: skip
+    return response, queries
+
+
+def event(sender: Sender, type: str, **data: Any) -> tuple[Any, CaptureQueriesContext]:
+    body = sender.body(type, {"run": "r1", "agent": "coder", **data})
+    return sent(sender, sender.path, body)
+
+
+def start(sender: Sender, task: str) -> tuple[Any, CaptureQueriesContext]:
+    return event(sender, "task.started", task=task,
+                 attempt={"prompt_hash": "p1", "context_hash": "c1"})  # fmt: skip
+
+
+def reads_its_own(queries: CaptureQueriesContext) -> None:
+    read, sql = most_read(queries)
+    assert read <= MOST, f"{read} rows read by {sql}"
+
+
+def test_a_start_a_check_and_a_failed_finish(planner: Sender) -> None:
+    response, queries = start(planner, "t2501")
+    assert response.status_code == 202, response.content
+    reads_its_own(queries)
+
+    payload = {"columns": ["tier"], "rows": []}
+    evidence = {"kind": "query_result", "source": "SELECT tier FROM customers WHERE k2500",
+                "payload": payload, "payload_hash": payload_hash(payload)}  # fmt: skip
+    response, queries = event(planner, "claim.checked", task="t2501", claim="k2500",
+                              verdict="refuted", evidence=evidence)  # fmt: skip
+    assert response.status_code == 202, response.content
+    reads_its_own(queries)
+
+    failure = {"kind": "transient", "signature": "timeout", "message": "the read timed out"}
+    response, queries = event(planner, "task.finished", task="t2501", outcome="failed",
+                              failure=failure)  # fmt: skip
+    assert response.status_code == 202, response.content
+    reads_its_own(queries)
+    assert Attempt.objects.get(task__key="t2501").outcome == "failed"
+
+
+def test_a_packet(planner: Sender) -> None:
+    assert start(planner, "t2502")[0].status_code == 202
+    packet = {
+        "task": "t2502",
+        "tried": ["read the tier from customers", "read it from accounts"],
+        "ruled_out": [{"hypothesis": "renamed column", "how": "listed every column"}],
+        "evidence": [
+            {
+                "kind": "query_result",
+                "source": "SELECT * FROM customers",
+                "payload_hash": "sha256:" + "9f3a" * 16,
+            }
+        ],  # fmt: skip
+        "smallest_unblocking_question": "Where does a customer's tier come from?",
+    }
+    response, queries = event(planner, "packet.submitted", task="t2502", packet=packet)
+
+    assert response.status_code == 202, response.content
+    assert response.json()["escalation"]
+    reads_its_own(queries)
+
+
+def test_a_batch_of_claims(planner: Sender) -> None:
+    events = [
+        {"id": f"evt_{uuid.uuid4().hex}", "type": "claim.posted",
+         "timestamp": "2026-12-02T10:00:00Z",
+         "data": {"run": "r1", "task": task, "agent": "coder",
+                  "claim": {"key": f"new-{task}", "statement": "the column exists"}}}
+        for task in ("t5", "t1500", "t2999")
+    ]  # fmt: skip
+    body = json.dumps({"events": events}).encode()
+    response, queries = sent(planner, f"/hooks/v1/agents/{planner.agent.pk}/batches", body)
+
+    assert response.status_code == 200, response.content
+    assert [r["status"] for r in response.json()["results"]] == [202, 202, 202]
+    assert Claim.objects.filter(key__startswith="new-").count() == 3
+    reads_its_own(queries)
