@@ -302,6 +302,9 @@ def answer_to_reframed(args: argparse.Namespace, receiver: Receiver) -> None:
             raise RuntimeError("the no-op task did not reach the receiver in 30 s")
         return at - began
 
+    from fleet.wsgi import settle
+
+    settle()  # as the web process does once it has loaded the app
     profiler = None
     if args.profile:
         from pyinstrument import Profiler
@@ -485,7 +488,10 @@ def queue_page(args: argparse.Namespace) -> None:
     import psycopg
     from django.test import Client
 
+    from fleet.wsgi import settle
+
     reviewer = bulk_queue(args.escalations)
+    settle()  # as the web process does once it has loaded the app
     client = Client()
     client.force_login(reviewer)
     url = "/escalations/?" + "&".join(f"{k}={v}" for k, v in FILTER.items())

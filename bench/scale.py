@@ -396,6 +396,9 @@ def against_sql(
     from desk import line, p50_p95, statements
     from django.test import Client
 
+    from fleet.wsgi import settle
+
+    settle()  # as the web process does once it has loaded the app
     client = Client()
     client.force_login(user)
 

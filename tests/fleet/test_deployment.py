@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -133,3 +134,21 @@ def test_make_run_stops_its_worker_once_when_stopped_or_its_terminal_closes(tmp_
         for pid in [script.pid, worker]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def test_the_web_process_keeps_what_it_loaded_out_of_the_collectors_passes():
+    """What gunicorn loads (every view included) lives as long as the process; a full pass of
+    the garbage collector that walks it lands in the middle of a request."""
+    script = (
+        "import gc, sys, fleet.wsgi\n"
+        "print(gc.get_freeze_count(), 'escalations.views.queue' in sys.modules)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "fleet.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+        check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    frozen, views_loaded = done.stdout.split()
+    assert int(frozen) > 10_000
+    assert views_loaded == "True"
