@@ -125,7 +125,7 @@ def actor_named(sender: Agent, name: str | None) -> Agent:
         raise Refusal(
             [error("data.agent", "only an orchestrator may act as another agent")], status=403
         )
-    actor = Agent.objects.filter(fleet_id=sender.fleet_id, name=name).first()
+    actor = rows.one(Agent.objects.filter(fleet_id=sender.fleet_id, name=name))
     if actor is None:
         raise Refusal([error("data.agent", f"no agent {name!r} in this fleet")])
     return actor
@@ -193,7 +193,7 @@ def unreadable(agent: Agent, webhook_id: str, body: bytes, refused: Reply) -> Re
 
 def replayed(agent: Agent, webhook_id: str, *digests: str) -> Reply | None:
     """The first response again if the webhook-id was applied (409 if for another body)."""
-    previous = Event.objects.filter(agent=agent, webhook_id=webhook_id).first()
+    previous = rows.one(Event.objects.filter(agent=agent, webhook_id=webhook_id))
     return replay(previous, *digests) if previous is not None else None
 
 

@@ -13,7 +13,7 @@ from functools import cache, partial
 from typing import Any
 
 from django.db import connections
-from django.db.models import DateField, JSONField, Model
+from django.db.models import DateField, JSONField, Model, QuerySet
 from django.db.models.fields import AutoFieldMixin
 from psycopg.types.json import Jsonb
 
@@ -58,6 +58,13 @@ def instance[M: Model](model: type[M], values: Sequence[Any], alias: str = "defa
             value = convert(value, column, connection)
         converted.append(value)
     return model.from_db(alias, names, converted)
+
+
+def one[M: Model](rows: QuerySet[M]) -> M | None:
+    """The row a look-up by a unique key names (or the first of a few), None if there is none:
+    `first()` without the ORDER BY id it adds, which a planner behind the table's growth may
+    follow, reading the table in id order to find the one row its key index holds."""
+    return next(iter(rows[:1]), None)
 
 
 def new[M: Model](model: type[M], **values: Any) -> M:

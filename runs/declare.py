@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import Max
 
+from fleet import rows
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent, Capability
 from runs import scheduler
@@ -169,7 +170,7 @@ def run_start(
 ) -> dict[str, Any]:
     """Declare a run and its tasks; the same declaration again is a no-op, another a 409."""
     fleet_id = actor.fleet_id
-    existing = Run.objects.filter(fleet_id=fleet_id, key=key).first()
+    existing = rows.one(Run.objects.filter(fleet_id=fleet_id, key=key))
     if existing is not None:
         declared = existing.declaration or stored_digest(existing)
         errors = []
@@ -233,7 +234,7 @@ def reference_errors(
     errors: list[ErrorItem] = []
     found: Run | None = None
     if event_type != "run.started" and isinstance(run, str):
-        found = Run.objects.filter(fleet_id=fleet_id, key=run).first()
+        found = rows.one(Run.objects.filter(fleet_id=fleet_id, key=run))
         if found is None:
             errors.append(error("data.run", f"unknown run {run!r}"))
     if (

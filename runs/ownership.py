@@ -14,15 +14,17 @@ from runs.models import Run, Task
 
 def run_for(fleet_id: int, key: str, loc: str = "data.run", *, lock: bool = False) -> Run:
     runs: QuerySet[Run] = Run.objects.filter(fleet_id=fleet_id, key=key)
-    run = (runs.select_for_update() if lock else runs).first()
+    run = rows.one(runs.select_for_update() if lock else runs)
     if run is None:
         raise Refusal([error(loc, f"unknown run {key!r}")])
     return run
 
 
 def find_task(run: Run, key: str, *, lock: bool = True) -> Task | None:
-    tasks = Task.objects.filter(run=run, key=key).select_related("agent")
-    return (tasks.select_for_update(of=("self",)) if lock else tasks).first()
+    """The run's task by its key, alone: joined to its agent, a planner behind the run's growth
+    may read every task of the agent to find it (its agent is read when asked for)."""
+    tasks = Task.objects.filter(run=run, key=key)
+    return rows.one(tasks.select_for_update() if lock else tasks)
 
 
 def unknown_task(run: Run, key: str, loc: str = "data.task") -> ErrorItem:

@@ -24,6 +24,7 @@ from escalations.services.state import (
     open_escalation,
     refuse_unless_open,
 )
+from fleet import rows
 from fleet.errors import Refusal
 from fleet.outbox import notify
 from runs import holds, scheduler, task_state
@@ -63,11 +64,10 @@ def ask_in_turn(*, fleet_id: int, question_key: str, dedup_key: str) -> None:
 
 def waiting_join(task: Task) -> JoinedTask | None:
     """The escalation the task waits on as a joined task, if any (locked)."""
-    return (
+    return rows.one(  # a task waits on one escalation at a time
         JoinedTask.objects.select_for_update(of=("self",))
         .select_related("escalation", "escalation__packet", "packet")
         .filter(task=task, left_at__isnull=True)
-        .first()
     )
 
 

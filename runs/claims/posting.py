@@ -94,7 +94,7 @@ def claim_post(
     found = row.run
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
     existing = (
-        Claim.objects.filter(run=found, key=claim.key).select_related("run", "task").first()
+        rows.one(Claim.objects.filter(run=found, key=claim.key).select_related("run", "task"))
         if getattr(row, "claim_taken", True)
         else None
     )
@@ -202,7 +202,7 @@ def claim_check(
     checker_task = find_task(found, task)
     if checker_task is not None:  # the checking task: the consumer's
         refuse_unless_own(task=checker_task, actor=actor, sender=sender, imported=imported)
-    checked = Claim.objects.select_for_update().filter(run=found, key=claim).first()
+    checked = rows.one(Claim.objects.select_for_update().filter(run=found, key=claim))
     agent_text = cites_an_agent(evidence.source)
     errors = [] if checker_task is not None else [unknown_task(found, task)]
     if checked is None:
