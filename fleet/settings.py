@@ -116,15 +116,18 @@ else:
     # analytic queries, and a recursive statement whose size the planner overestimates (a task's
     # region, read by every answer) spent 0.8 s compiling what ran in 1 ms. Off, unless the
     # URL's own `options` say otherwise.
-    DATABASES["default"]["OPTIONS"].setdefault("options", "-c jit=off")
-    # A statement the connection has sent a few times is prepared: PostgreSQL plans it once and
-    # keeps the plan (or plans it again for each call when a generic plan would cost more), and
-    # the parameters travel apart from the text. An answer's lock statements spent longer being
-    # planned than run. Off behind a pooler that cannot keep prepared statements
-    # (PgBouncer in transaction mode before 1.21).
+    options = "-c jit=off"
+    # A statement the connection has sent five times is prepared: parsed once, its values sent
+    # apart from its text (an answer's four lock statements took longer to prepare than to
+    # run). Each call is still planned for its own values (force_custom_plan): a generic plan,
+    # made without them while a table was small, kept reading the whole table once it had grown
+    # (a run's 3,000 tasks to find one). Off behind a pooler that cannot keep prepared
+    # statements (PgBouncer in transaction mode before 1.21).
     if envbool("DATABASE_PREPARED_STATEMENTS", "True"):
         DATABASES["default"]["OPTIONS"].setdefault("server_side_binding", True)
         DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
+        options += " -c plan_cache_mode=force_custom_plan"
+    DATABASES["default"]["OPTIONS"].setdefault("options", options)
     DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_bulkhead")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
