@@ -136,3 +136,15 @@ def test_postgresql_connections_run_without_jit_unless_the_url_says(query, expec
         timeout=60,
     )
     assert done.stdout.split() == [expected], done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_statement_may_name_more_values_than_postgresql_takes_as_parameters():
+    """The values are written into the statement's text (psycopg's client-side binding, as
+    Django's default): bound apart from it, as prepared statements need, a statement takes at
+    most 65,535, and a recompute of a run of 100,000 tasks looks its changed tasks up by key."""
+    from runs.models import Task
+
+    keys = [f"t{n}" for n in range(70_000)]
+    assert Task.objects.filter(key__in=keys).count() == 0
