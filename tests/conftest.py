@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from celery._state import _set_task_join_will_block
+from celery._state import _set_task_join_will_block  # type: ignore[attr-defined]
 from django.db import connection
 from django.test import Client, TestCase
 from standardwebhooks.webhooks import Webhook
