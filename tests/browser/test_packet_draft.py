@@ -46,7 +46,8 @@ def test_the_packet_page_shows_the_draft_and_each_evidence_verdict_with_its_fact
     screen.sign_in("alice", PASSWORD)
     page.goto(f"/escalations/{drafted.pk}/")
 
-    expect()(page.get_by_role("heading", level=1)).to_contain_text("No question yet: Signal rule")
+    expect()(page.get_by_role("heading", level=1)).to_have_text("No question yet")
+    expect()(page.locator("#reason")).to_contain_text("Signal rule: attempts 1 and 2")
     expect()(page.get_by_text("Drafted by Bulkhead from the attempts.")).to_be_visible()
     gold = page.locator("#evidence-0")
     expect()(gold.get_by_text("verified", exact=True)).to_be_visible()

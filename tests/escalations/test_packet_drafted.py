@@ -84,7 +84,8 @@ def test_the_packet_page_shows_the_draft_marked_as_bulkheads_at_once(escalation,
     page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
 
     assert "Drafted by Bulkhead from the attempts." in page
-    assert "No question yet: Signal rule" in page
+    assert '<h1 id="question">No question yet</h1>' in page
+    assert '<p class="reason" id="reason">Signal rule: attempts 1 and 2' in page
     assert "It asked planner for the smallest unblocking question;" in page
     assert "As Bulkhead drafted it" in page and "Attempts Bulkhead recorded" in page
     assert "Attempt 2 by planner (prompt prompt:v2" in page
