@@ -48,6 +48,8 @@ def test_the_packet_page_shows_the_draft_and_each_evidence_verdict_with_its_fact
 
     expect()(page.get_by_role("heading", level=1)).to_have_text("No question yet")
     expect()(page.locator("#reason")).to_contain_text("Signal rule: attempts 1 and 2")
+    heading = page.evaluate("getComputedStyle(document.querySelector('#question')).fontSize")
+    assert heading == ("21.6px" if name == "phone" else "28px")  # a phone's heading is smaller
     expect()(page.get_by_text("Drafted by Bulkhead from the attempts.")).to_be_visible()
     gold = page.locator("#evidence-0")
     expect()(gold.get_by_text("verified", exact=True)).to_be_visible()
