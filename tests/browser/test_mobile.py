@@ -89,3 +89,17 @@ def test_on_a_phone_each_task_of_a_run_is_a_card_whose_blockers_read_whole(desk,
     # The blocker has the width of a card's value, not of a squeezed column.
     assert blocker.bounding_box()["width"] > 120
     screen.shot("mobile-run-task-cards")
+
+
+def test_on_a_phone_the_queues_hint_sits_under_its_heading(desk, fleet, screens):
+    desk.escalate()
+    member("alice", fleet)
+    screen = screens()
+    page = screen.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    screen.sign_in("alice", PASSWORD)
+    page.goto("/escalations/")
+    heading = page.get_by_role("heading", level=1).bounding_box()
+    hint = page.locator(".page-head .hint").bounding_box()
+    gap = hint["y"] - (heading["y"] + heading["height"])
+    assert 0 <= gap <= 16, gap  # wrapped under it, not a screen's tenth further down
