@@ -226,7 +226,7 @@ def reframe_by_answer(
             run_id=run.pk, task=task, key=key, statement=f"{item.question} — {answer}",
             load_bearing=True, status=Claim.Status.VERIFIED,
             status_reason=f"verified: answered by {reviewer}, a reviewer", posted_at=at,
-            checked_at=at, checked_by=who,
+            posted_by=who, checked_at=at, checked_by=who,
         )  # fmt: skip
         inserted = Insert([claim])
         evidence = Evidence(

@@ -191,9 +191,10 @@ class Claim(models.Model):
     key = models.CharField(max_length=200)
     statement = models.TextField()
     load_bearing = models.BooleanField(default=True)
-    # What it is about (table.column, file, URL, test id, config key); empty: its code spans.
+    # What it is about (table.column, file, URL, test id, config key); with its code spans.
     about = models.JSONField(default=list, blank=True)
-    posted_by = models.CharField(max_length=200, blank=True)  # agent:<name>, who posted it
+    # Who posted it: agent:<name>, or reviewer:<user> for a reviewer's answer (on the task answered).
+    posted_by = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.UNVERIFIED)
     status_reason = models.CharField(max_length=500, blank=True)
     posted_at = models.DateTimeField()

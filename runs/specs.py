@@ -38,7 +38,7 @@ class ClaimSpec:
     statement: str
     load_bearing: bool = True
     evidence: EvidenceSpec | None = None
-    about: tuple[str, ...] = ()  # its subjects; empty: the statement's code spans
+    about: tuple[str, ...] = ()  # subjects beside the statement's code spans
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from escalations.models import Escalation
 from escalations.packet_draft import AttemptFacts, Draft, RefutedClaim, build_failure_packet
 from runs.claims.hashing import HUMAN_ANSWER
 from runs.models import Attempt, Claim, ClaimUse, Decision, Evidence, Task
@@ -90,15 +91,16 @@ def draft_for(task: Task) -> Draft:
     )
 
 
-def ending(outcome: str, *, last: bool, state: str) -> dict[str, str]:
+def ending(outcome: str, *, last: bool, state: str, escalated: bool = False) -> dict[str, str]:
     """How an attempt ended (`outcome`, a badge's key) in words (`outcome_label`): one with no
-    outcome runs only while it is its task's latest and the task runs; the latest of a task
-    that escalated stopped with its packet (a packet ends an attempt, no task.finished)."""
+    outcome runs only while it is its task's latest and the task runs; one that opened an
+    escalation (`escalated`), or the latest of a task that waits on one, stopped with its packet
+    (a packet ends an attempt, no task.finished), also once a reviewer acted on it."""
     if outcome:
         return {"outcome": outcome, "outcome_label": outcome}
     if last and state == Task.State.RUNNING:
         return {"outcome": "running", "outcome_label": "running"}
-    if last and state == Task.State.ESCALATED:
+    if escalated or (last and state == Task.State.ESCALATED):
         return {"outcome": "stopped", "outcome_label": "stopped with a packet"}
     return {"outcome": "unreported", "outcome_label": "ended, not reported"}
 
@@ -108,6 +110,7 @@ def recorded_attempts(task: Task, tried: list[str]) -> dict[str, Any]:
     one's prompt and context changed, how it ended, what was decided; and where the record and
     the agent's account disagree on their face."""
     facts = attempt_facts(task)
+    escalated = set(Escalation.objects.filter(task=task).values_list("attempt_number", flat=True))
     rows: list[dict[str, Any]] = []
     for i, a in enumerate(facts):
         previous = facts[i - 1] if i else None
@@ -121,7 +124,12 @@ def recorded_attempts(task: Task, tried: list[str]) -> dict[str, Any]:
                 "context_changed": previous is not None and a.context_hash != previous.context_hash,
                 "agent_changed": previous is not None and a.agent != previous.agent,
                 "first": previous is None,
-                **ending(a.outcome, last=i == len(facts) - 1, state=task.state),
+                **ending(
+                    a.outcome,
+                    last=i == len(facts) - 1,
+                    state=task.state,
+                    escalated=a.number in escalated,
+                ),
                 "failure": ", ".join(x for x in (a.failure_kind, a.failure_signature) if x),
                 "decisions": [{"action": d, "reason": r} for d, r in a.decisions],
             }

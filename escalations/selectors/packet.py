@@ -8,7 +8,7 @@ from escalations.models import Answer, Assignment, Escalation, EscalationStep, F
 from escalations.packet_draft import missing_fields
 from escalations.selectors.attempts import claims_of_task, recorded_attempts
 from escalations.selectors.evidence import evidence_rows
-from escalations.selectors.radius import radii_for
+from escalations.selectors.radius import REVIEWER, radii_for
 from escalations.selectors.waiting import tasks_waiting
 from escalations.services.messages import shown_target
 from fleet.models import Agent, Delivery
@@ -146,7 +146,7 @@ def claim_view(claim: Claim, radius: dict[str, Any] | None) -> dict[str, Any]:
         "status": claim.status,
         "reason": claim.status_reason,
         "load_bearing": claim.load_bearing,
-        "producer": claim.task.key,
+        "producer": claim.posted_by if answered_by_reviewer(claim) else claim.task.key,
         "pending": claim.verification_pending,
         "checked_by": claim.checked_by,
         "evidence": evidence,
@@ -284,3 +284,8 @@ def assignment_history(escalation: Escalation) -> list[dict[str, Any]]:
             detail += f" — {m.last_error}"
         items.append({"at": m.created_at, "what": f"{m.kind} message", "detail": detail})
     return items
+
+
+def answered_by_reviewer(claim: Claim) -> bool:
+    """A reviewer's answer, stored as a verified claim on the task it answered."""
+    return claim.posted_by.startswith(REVIEWER)

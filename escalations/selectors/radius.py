@@ -52,6 +52,10 @@ def checkable_claims(claims: Any) -> set[int]:
     )
 
 
+# A reviewer's answer is stored as a claim on the task it answered: no agent handed it over.
+REVIEWER = "reviewer:"
+
+
 def one_run(run_id: int, key: str) -> str:
     return key  # within one run, a claim's or a task's key is its name
 
@@ -108,6 +112,10 @@ def handoffs_for(run: Run, *, now: datetime | None = None) -> list[dict[str, Any
     """Per producer agent -> consumer agent of the run: claims handed over, checkable, refuted,
     and the median minutes a claim crossing it stayed unchecked."""
     claims, tasks, uses = facts_for(run)
+    answers = set(
+        Claim.objects.filter(run=run, posted_by__startswith=REVIEWER).values_list("key", flat=True)
+    )
+    claims = {key: fact for key, fact in claims.items() if key not in answers}
     return [
         asdict(handoff)
         for handoff in rule.handoffs(
@@ -126,7 +134,7 @@ def handoffs_for_fleet(
     runs = Run.objects.filter(fleet_id__in=list(fleet_ids))
     if since is not None:
         runs = runs.filter(started_at__gte=since)
-    claims = Claim.objects.filter(run__in=runs)
+    claims = Claim.objects.filter(run__in=runs).exclude(posted_by__startswith=REVIEWER)
 
     def key(run_id: int, name: str) -> str:
         return f"{run_id}:{name}"

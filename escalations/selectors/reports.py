@@ -9,7 +9,7 @@ from django.db.models import Count, Q
 from escalations import reports
 from escalations.models import Escalation, EscalationStep, JoinedTask
 from escalations.routing import overdue
-from escalations.selectors.radius import radii_for
+from escalations.selectors.radius import REVIEWER, radii_for
 from runs.models import Artifact, Attempt, Claim, Run, Task
 
 REPORT_RUNS = 200  # the latest runs in the window; the blast radius of each costs five queries
@@ -26,8 +26,17 @@ def report_runs(
     for run in sorted(
         runs.order_by("-started_at", "-id")[:REPORT_RUNS], key=lambda r: r.started_at
     ):
-        statuses = dict(Claim.objects.filter(run=run).values_list("key", "status"))
-        radii = radii_for(run, now=now) if statuses else {}
+        # The agents' claims: a reviewer's answer is a claim too, and travels nowhere unchecked.
+        statuses = dict(
+            Claim.objects.filter(run=run)
+            .exclude(posted_by__startswith=REVIEWER)
+            .values_list("key", "status")
+        )
+        radii = {
+            key: radius
+            for key, radius in (radii_for(run, now=now) if statuses else {}).items()
+            if key in statuses
+        }
         refuted = Claim.objects.filter(run=run, status=Claim.Status.REFUTED).values_list(
             "key", "checked_at"
         )
@@ -93,6 +102,7 @@ def escalation_rows(fleet_ids: Sequence[int], *, since: datetime | None) -> list
                 "run": e.run.key,
                 "task": e.task.key,
                 "status": e.status,
+                "outcome": e.outcome or "",  # how a closed one closed: rerouted, aborted, ...
                 "attempt": e.attempt_number,
                 "early": e.attempt_number <= reports.EARLY_ATTEMPTS,
                 "opened_at": e.opened_at,

@@ -24,6 +24,7 @@ def claim_rows(run: Run) -> list[dict[str, Any]]:
         {
             "key": c.key,
             "task": c.task.key,
+            "posted_by": c.posted_by,
             "statement": c.statement,
             "subjects": list(subjects_of(c.about, c.statement)),
             "load_bearing": c.load_bearing,

@@ -137,12 +137,13 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
         )
     refuse_too_long(reason, "reason")
     user = reviewer.get_username()
+    said = reason.rstrip(" .;")  # it goes on with "; ...": one stop, not ".;"
     run_fails = "the run failed" if run.state == Run.State.RUNNING else f"the run had {run.state}"
     aborted = human_decisions.person_abort(
         run=run,
         task=task,
         holds_to_lift=[hold_of(escalation)],
-        account=f"Abort: {user} aborted {task.key} (escalation {escalation.pk}): {reason}",
+        account=f"Abort: {user} aborted {task.key} (escalation {escalation.pk}): {said}",
         by=f"reviewer:{user}",
         reason=reason,
         at=now,
@@ -153,7 +154,7 @@ def escalation_abort(*, escalation: Escalation, reviewer: Any, reason: str) -> D
     )
     escalation.returned_reason = "\n".join(
         [
-            f"Aborted by {user}: {reason}; {run_fails}",
+            f"Aborted by {user}: {said}; {run_fails}",
             f"Cancelled: {', '.join([task.key, *aborted.cancelled])}",
             *([f"Closed with it: {', '.join(closed)}"] if closed else []),
         ]

@@ -136,10 +136,10 @@ def reports_csv(request: HtmxHttpRequest, table: str) -> HttpResponse:
             out.writerow([h["fleet"], h["producer"], h["consumer"], h["claims"], h["checkable"],
                           h["refuted"], h["median_unchecked_minutes"]])  # fmt: skip
     elif table == "escalations":
-        out.writerow(["id", "fleet", "run", "task", "status", "attempt", "early", "opened_at",
+        out.writerow(["id", "fleet", "run", "task", "status", "outcome", "attempt", "early", "opened_at",
                       "first_look_minutes", "answer_minutes", "packet_to_action_minutes"])  # fmt: skip
         for e in data["health"]["rows"]:
-            out.writerow([e["id"], e["fleet"], e["run"], e["task"], e["status"], e["attempt"],
+            out.writerow([e["id"], e["fleet"], e["run"], e["task"], e["status"], e["outcome"], e["attempt"],
                           e["early"], e["opened_at"].isoformat(), e["first_look_minutes"],
                           e["answer_minutes"], e["packet_to_action_minutes"]])  # fmt: skip
     else:

@@ -127,11 +127,16 @@ class ClaimRow(Schema):
     """A claim posted in the run, oldest first."""
 
     key: str
-    task: str = Field(description="The task that posted it.")
+    task: str = Field(
+        description="The task that posted it (for a reviewer's answer: the task answered)."
+    )
+    posted_by: str = Field(
+        description="Who posted it: 'agent:<name>', or 'reviewer:<user>' for a reviewer's answer."
+    )
     statement: str
     subjects: list[str] = Field(
-        description="What it is about: its `about`, else its statement's code spans. Evidence "
-        "verifies it only if it mentions each."
+        description="What it is about: its `about`, and its statement's code spans that name a "
+        "thing no `about` entry names. Evidence verifies it only if it mentions each."
     )
     load_bearing: bool
     raised_by: str | None = Field(

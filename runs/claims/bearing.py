@@ -2,7 +2,7 @@
 
 A verifier can tell that evidence is real (reality matches its hash), not what it is evidence of:
 `SELECT 1` on the orders database is real, and says nothing about `customers.customer_tier`. So a
-claim names its subjects (`about`, else the code spans of its statement), and evidence settles it
+claim names its subjects (`about` and the code spans of its statement), and evidence settles it
 only when it mentions them and its payload points the way of the verdict. The rule is pure: plain
 values in, `None` (it bears) or the reason it does not, out. docs/evidence.md states it for agents.
 """
@@ -23,6 +23,7 @@ NO_SUBJECT: Final = (
 # `pricing-config.yaml` is not in `old-pricing-config.yaml`.
 _WORD: Final = r"[\w-]"
 _CODE_SPAN: Final = re.compile(r"`([^`\n]+)`")
+_NAMES_A_THING: Final = re.compile(r"[^\s]*[A-Za-z][^\s]*")
 _IDENTIFIER: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED: Final = re.compile(rf"{_IDENTIFIER}(?:\.{_IDENTIFIER}){{1,2}}")
 # `config.yaml` is a file, not the column `yaml` of a table `config`.
@@ -51,11 +52,24 @@ _STATED_STATUS: Final = re.compile(
 
 
 def subjects_of(about: Iterable[str], statement: str) -> tuple[str, ...]:
-    """What the claim is about: its `about` list, else its statement's code spans; once each."""
-    named = [s.strip() for s in about] or [s.strip() for s in _CODE_SPAN.findall(statement)]
+    """What the claim is about, once each: its `about` list, then its statement's code spans.
+
+    `about` adds subjects; it cannot take away what the statement names: `about: ["customers"]`
+    on "`customers.customer_tier` exists" still needs evidence that mentions `customer_tier`.
+    With `about` given, only the code spans that name a thing (no space, a letter: a
+    `table.column`, a file, a key; not `GET /health` or `200`) and that no `about` entry
+    already names are added."""
+    given = [s.strip() for s in about]
+    spans = [s.strip() for s in _CODE_SPAN.findall(statement)]
+    if given:
+        spans = [
+            span
+            for span in spans
+            if _NAMES_A_THING.fullmatch(span) and not any(mentions(g, span) for g in given)
+        ]
     seen: set[str] = set()
     found = []
-    for subject in named:
+    for subject in given + spans:
         if subject and subject.lower() not in seen:
             seen.add(subject.lower())
             found.append(subject)

@@ -117,6 +117,7 @@ def answered(
         status=Claim.Status.VERIFIED,
         status_reason=reason,
         posted_at=at,
+        posted_by=who,
         checked_at=at,
         checked_by=who,
     )

@@ -182,3 +182,24 @@ def test_an_answer_refused_for_its_security_token_keeps_what_was_typed(desk, scr
     expect()(page.get_by_role("heading", name="This form has expired")).to_have_count(0)
     assert Escalation.objects.get(pk=escalation.pk).status == "open"
     assert all("403" in problem for problem in alice.problems), alice.problems
+
+
+def test_an_answer_over_the_limit_is_refused_whole_not_cut_by_the_browser(desk, screens):
+    """Pasted text is never cut silently: the server names the limit and the whole text stays."""
+    escalation = desk.escalate()
+    alice = screens()
+    page = alice.page
+    alice.sign_in("alice", PASSWORD)
+    page.goto(f"/escalations/{escalation.pk}/")
+    answer = page.get_by_role("textbox", name="Answer", exact=True)
+    long = "Use the loyalty_points threshold. " * 300 + "END-MARKER"
+    answer.fill(long)
+    expect()(answer).to_have_value(long)
+    page.get_by_role("button", name="Answer and release").click()
+
+    expect()(
+        page.get_by_role("alert").filter(has_text=f"The answer is {len(long):,} characters")
+    ).to_be_visible()
+    expect()(page.get_by_role("textbox", name="Answer", exact=True)).to_have_value(long)
+    assert Escalation.objects.get(pk=escalation.pk).status == "open"
+    assert all("422" in problem for problem in alice.problems), alice.problems

@@ -124,3 +124,16 @@ def test_every_responses_fields_are_the_openapi_documents(client):
             "schema"
         ]["$ref"]
         assert ref.rsplit("/", 1)[-1] in RESPONSES
+
+
+def test_the_clients_packet_has_every_field_a_packet_may_carry():
+    from bulkhead_client.events import Packet
+    from escalations.packets import FIELDS
+
+    assert sorted(Packet.model_fields) == sorted(FIELDS)
+    packet = Packet(task="plan", urgency="high", dedup_key="tier-source")
+    assert packet.model_dump(exclude_none=True) == {
+        "task": "plan",
+        "urgency": "high",
+        "dedup_key": "tier-source",
+    }

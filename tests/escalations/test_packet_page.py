@@ -370,6 +370,28 @@ def test_the_abort_form_says_what_else_the_abort_does(desk, browser):
     )
 
 
+def test_an_abort_reason_ending_in_a_full_stop_reads_once_punctuated(desk, browser):
+    escalation = desk.escalate()
+    response = committed(
+        browser.post,
+        f"/escalations/{escalation.pk}/abort/",
+        {"reason": "Deleting the bucket is out of scope; stop this run."},
+        HTTP_HX_REQUEST="true",
+    )
+    page = response.content.decode()
+    assert "out of scope; stop this run; the run failed</h2>" in page
+    assert ".;" not in page
+
+
+def test_an_attempt_that_escalated_still_stopped_with_its_packet_once_answered(desk, browser):
+    escalation = desk.escalate()
+    committed(browser.post, f"/escalations/{escalation.pk}/answer/", {"text": "Use the points"})
+    page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    recorded = page[page.index("Attempts Bulkhead recorded") :]
+    assert "stopped with a packet" in recorded
+    assert "ended, not reported" not in recorded
+
+
 def test_an_abort_says_who_aborted_why_and_what_was_cancelled(desk, browser):
     desk.run("two", tasks=[{"key": "plan", "agent": "planner"},
                            {"key": "after", "agent": "coder", "prerequisites": ["plan"]},

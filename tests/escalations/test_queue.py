@@ -420,3 +420,15 @@ def test_a_poll_after_the_session_ends_sends_the_whole_page_to_sign_in(db):
     )
     assert response.status_code == 204
     assert response["HX-Redirect"] == "/login/?next=%2Fescalations%2F%3Fagent%3Dcoder"
+
+
+def test_an_unknown_filter_value_is_shown_as_the_filter_that_empties_the_queue(desk, alice):
+    """A stale or mistyped link: the empty queue says which filter found nothing."""
+    desk.escalate()
+    page = signed_in(alice).get("/escalations/?agent=zzz&capability=warp").content.decode()
+
+    assert "Nothing is waiting with these filters" in page
+    assert '<option value="zzz" selected>zzz (no such agent in your fleets)</option>' in page
+    assert '<option value="warp" selected>warp (no such capability in your fleets)</option>' in page
+    known = signed_in(alice).get("/escalations/?agent=coder").content.decode()
+    assert "no such agent" not in known and "<option selected>coder</option>" in known

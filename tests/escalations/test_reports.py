@@ -282,3 +282,39 @@ def test_escalated_counts_the_tasks_that_joined_an_escalation_too(client, fleet,
     assert joined.pk == shared.pk  # the same question: one escalation, two tasks waiting
     html = signed_in(carol).get("/reports/").content.decode()
     assert "Escalated<strong>2</strong>" in html
+
+
+@pytest.mark.django_db
+def test_a_reviewers_answer_is_not_counted_as_an_agents_claim_or_handoff(desk, alice, carol):
+    """The answer is stored as a verified claim on the task it answered, which the coders then
+    consume: it is the reviewer's, so the run's claims, its widest claim and the handoff
+    boundaries leave it out, and the run page says who posted it."""
+    from escalations.services import escalation_answer
+    from runs.models import Claim
+    from tests.conftest import committed
+
+    escalation = desk.escalate()
+    committed(
+        escalation_answer, escalation=escalation, reviewer=alice, text="Use the loyalty_points"
+    )
+    answer = Claim.objects.get(run__key="tier-discounts")
+    assert answer.posted_by == "reviewer:alice"
+
+    [run] = rows_of(signed_in(carol).get("/reports/runs.csv?days=all"))
+    assert (run["claims"], run["widest_claim"]) == ("0", ""), run
+    assert rows_of(signed_in(carol).get("/reports/handoffs.csv?days=all")) == []
+    page = signed_in(carol).get(f"/runs/{answer.run_id}/").content.decode()
+    assert "reviewer:alice<br><small>answering plan</small>" in page
+
+
+@pytest.mark.django_db
+def test_the_escalations_csv_says_how_a_closed_escalation_closed(client, fleet, carol):
+    desk = Desk(client, fleet)
+    desk.run()
+    escalation = desk.escalate()
+    alice = signed_in(member("alice", fleet))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        alice.post(f"/escalations/{escalation.pk}/abort/", {"reason": "out of scope"})
+
+    [row] = rows_of(signed_in(carol).get("/reports/escalations.csv"))
+    assert (row["status"], row["outcome"]) == ("closed", "aborted")

@@ -176,6 +176,8 @@ class Packet(Data):
     evidence: list[Evidence] | None = None
     smallest_unblocking_question: str | None = None
     options: list[str] | None = None
+    urgency: Literal["low", "normal", "high"] | None = None  # sets the escalation's due time
+    dedup_key: str | None = None  # your name for the question: the same key joins its escalation
 
 
 class PacketSubmitted(ActingAs):

@@ -104,6 +104,7 @@ class BlastRadius(Out):
 class ClaimRow(Out):
     key: str
     task: str
+    posted_by: str  # agent:<name>, or reviewer:<user> for a reviewer's answer
     statement: str
     subjects: list[str]
     load_bearing: bool

@@ -722,14 +722,19 @@ export interface components {
             key: string;
             /**
              * Task
-             * @description The task that posted it.
+             * @description The task that posted it (for a reviewer's answer: the task answered).
              */
             task: string;
+            /**
+             * Posted By
+             * @description Who posted it: 'agent:<name>', or 'reviewer:<user>' for a reviewer's answer.
+             */
+            posted_by: string;
             /** Statement */
             statement: string;
             /**
              * Subjects
-             * @description What it is about: its `about`, else its statement's code spans. Evidence verifies it only if it mentions each.
+             * @description What it is about: its `about`, and its statement's code spans that name a thing no `about` entry names. Evidence verifies it only if it mentions each.
              */
             subjects: string[];
             /** Load Bearing */

@@ -47,8 +47,22 @@ def test_a_claims_subjects_are_its_code_spans_once_each():
     assert subjects_of((), statement) == ("customer_tier", "customers")
 
 
-def test_about_replaces_the_code_spans():
+def test_about_takes_the_place_of_the_code_spans_it_names():
     assert subjects_of(["customers.customer_tier "], INVENTED) == ("customers.customer_tier",)
+
+
+def test_about_cannot_narrow_what_the_statement_names():
+    """The careless way through: a weaker `about` than the statement. Its code spans still count."""
+    statement = "`customers.customer_tier` exists"
+    assert subjects_of(["customers"], statement) == ("customers", "customers.customer_tier")
+
+
+def test_with_about_only_the_code_spans_that_name_a_thing_are_added():
+    statement = "`GET /health` answers `200` from `config/app.yaml`"
+    assert subjects_of(["https://api.example.com/health"], statement) == (
+        "https://api.example.com/health",
+        "config/app.yaml",
+    )
 
 
 def test_a_statement_without_code_spans_names_nothing():

@@ -187,6 +187,23 @@ def test_a_claim_with_about_is_not_verified_by_evidence_missing_one_subject(seed
     )
 
 
+def test_a_weaker_about_than_the_statement_does_not_verify_the_invented_column(seed, orders):
+    """The cheapest way through `about`: name only the table, so that the table's real columns
+    would do. The statement's own `customers.customer_tier` still has to be mentioned."""
+    claim = {
+        "key": CLAIM,
+        "statement": "`customers.customer_tier` exists",
+        "about": ["customers"],
+        "evidence": orders.columns_evidence(REAL_COLUMNS),
+    }
+    plan_posts(seed, claim)
+
+    claim = settled()
+    assert claim.status != "verified"
+    assert "customer_tier" in claim.status_reason, claim.status_reason
+    the_coder_waits(seed)
+
+
 def test_a_refutation_by_evidence_mentioning_no_subject_does_not_refute(seed, orders):
     plan_posts(seed, {"key": CLAIM, "statement": INVENTED})
     start(seed.schema, "confirm-schema")
