@@ -6,7 +6,8 @@ reframed with the real columns, its second (differently prompted) plan fails the
 escalates, the orchestrator hands over the packet, waits for a reviewer's answer, finishes the
 run and prints the blast radius Bulkhead computed.
 
-    BULKHEAD_ENDPOINT=… BULKHEAD_SECRET=… BULKHEAD_TOKEN=… ORDERS_DB=… python orchestrator.py
+    eval "$(.venv/bin/python examples/langgraph_all_green/provision.py)"   # from the repository
+    .venv/bin/python examples/langgraph_all_green/orchestrator.py
 
 The credentials are the fleet orchestrator's (it acts for each agent with `agent=`); ORDERS_DB
 is the SQLite file registered as the fleet's `orders` data source (`provision.py` does both).

@@ -1,10 +1,15 @@
 """Provision a fleet for the example on the running app: its five agents, the order database
-registered as the `orders` data source. Prints the environment for orchestrator.py.
+registered as the `orders` data source, and `make run`'s reviewer (or BULKHEAD_REVIEWER) as its
+reviewer, who answers the escalation the story ends in. Prints the environment for
+orchestrator.py.
 
     .venv/bin/python examples/langgraph_all_green/provision.py [FLEET]   # from the repository
+
+A fleet is provisioned once: for another go, give another name (`provision.py langgraph-2`).
 """
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -12,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = ("orchestrator", "planner", "schema", "coder-a", "coder-b")
+REVIEWER = os.environ.get("BULKHEAD_REVIEWER", "reviewer")  # the login `make run` prints
 
 
 def manage(*args: str) -> dict[str, object]:
@@ -19,7 +25,13 @@ def manage(*args: str) -> dict[str, object]:
         [sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stderr}")
+        again = "already exists" in done.stderr
+        hint = (
+            f"\nprovisioned before? give another fleet name: provision.py {args[1]}-2"
+            if again
+            else ""
+        )
+        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stderr.strip()}{hint}")
     return dict(json.loads(done.stdout))
 
 
@@ -42,6 +54,14 @@ def main() -> None:
     orders = ROOT / "var" / "examples" / f"{fleet}-orders.sqlite3"
     build_orders(orders)
     manage("source_add", fleet, "datasource", "orders", str(orders))
+    member = manage("member_add", REVIEWER, "--fleet", fleet, "--role", "reviewer")
+    # To the terminal, also under `eval "$(provision.py)"`, which takes only the exports.
+    print(
+        f"{REVIEWER} reviews the fleet {fleet}: the escalation waits in their queue",
+        file=sys.stderr,
+    )
+    if member.get("password"):
+        print(f"{REVIEWER} is new; their one-time password: {member['password']}", file=sys.stderr)
     orchestrator = created["orchestrator"]
     print(f"export BULKHEAD_ENDPOINT={orchestrator['endpoint']}")
     print(f"export BULKHEAD_SECRET={orchestrator['signing_secret']}")

@@ -233,7 +233,9 @@ class WhatIfOut(Schema):
 
     run: str
     down: list[str] = Field(description="The capabilities down in the what-if.")
-    already_down: list[str] = Field(description="Of those, the ones down now.")
+    already_down: list[str] = Field(
+        description="Capabilities down now that the what-if did not name: they stay down in it."
+    )
     steps: int
     to_do: int = Field(description="The run's tasks not done yet.")
     policies: dict[str, WhatIfPolicy] = Field(

@@ -386,3 +386,13 @@ def test_policy_lab_names_a_broken_file(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(CommandError, match="broken.json: not JSON"):
         call_command("policy_lab", str(path))
+
+
+def test_results_that_cannot_be_written_are_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    with pytest.raises(
+        CommandError, match=r"--write-results: cannot write the results under .*a-file"
+    ):
+        call_command(
+            "policy_lab", "--write-results", str(tmp_path / "a-file" / "results"), stdout=StringIO()
+        )

@@ -1083,7 +1083,7 @@ export interface components {
             down: string[];
             /**
              * Already Down
-             * @description Of those, the ones down now.
+             * @description Capabilities down now that the what-if did not name: they stay down in it.
              */
             already_down: string[];
             /** Steps */

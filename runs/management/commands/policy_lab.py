@@ -85,7 +85,13 @@ class Command(BaseCommand):
         else:
             self.stdout.write(printed)
         if write_results:
-            keep(Path(write_results), inputs, report, printed)
+            try:
+                keep(Path(write_results), inputs, report, printed)
+            except OSError as error:
+                where = error.filename or write_results
+                raise CommandError(
+                    f"--write-results: cannot write the results under {where}: {error.strerror}"
+                ) from error
         if failures:
             raise CommandError("verification failed:\n" + "\n".join(failures))
 
