@@ -218,6 +218,9 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "processed_folder": str(BROKER_DIR / "processed"),
         "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
+        # The worker lists the queue folder this often when it is empty (kombu's default, 1 s,
+        # is a second per hop: an event's notification takes two, the recompute and the send).
+        "polling_interval": float(os.environ.get("BROKER_POLLING_INTERVAL", "0.1")),
     }
 else:
     if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):

@@ -76,7 +76,9 @@ def test_the_embedded_default_is_sqlite_in_wal_mode_and_a_serverless_broker(tmp_
         "import django; django.setup();"
         "from django.conf import settings; from django.db import connection;"
         "c = connection.cursor(); c.execute('PRAGMA journal_mode');"
-        "print(connection.vendor, c.fetchone()[0], settings.CELERY_BROKER_URL)"
+        "print(connection.vendor, c.fetchone()[0], settings.CELERY_BROKER_URL);"
+        # An empty queue is listed every 0.1 s: a notification is two hops, not two seconds.
+        "from fleet.celery import app; print(app.connection_for_read().transport.polling_interval)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -90,7 +92,7 @@ def test_the_embedded_default_is_sqlite_in_wal_mode_and_a_serverless_broker(tmp_
         text=True,
         timeout=60,
     )
-    assert done.stdout.split() == ["sqlite", "wal", "filesystem://localhost/"], done.stderr
+    assert done.stdout.split() == ["sqlite", "wal", "filesystem://localhost/", "0.1"], done.stderr
     assert (tmp_path / "bulkhead.sqlite3").exists()
 
 
