@@ -47,5 +47,11 @@ def errors_body(errors: Iterable[ErrorItem]) -> dict[str, list[ErrorItem]]:
     return {"errors": list(errors)}
 
 
-def body(refusal: Refusal) -> dict[str, list[ErrorItem]]:
-    return errors_body(refusal.errors)
+def body(refusal: Refusal) -> dict[str, list[Any]]:
+    """The refusal's JSON body; a task that may not start also lists its typed blockers on their
+    own (`"blockers": ["claim:plan.tier", ...]`), as its `{"loc": "blockers"}` errors name them."""
+    found: dict[str, list[Any]] = dict(errors_body(refusal.errors))
+    blockers = [e["msg"] for e in refusal.errors if e["loc"] == "blockers"]
+    if blockers:
+        found["blockers"] = blockers
+    return found

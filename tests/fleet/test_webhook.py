@@ -90,6 +90,7 @@ def test_a_reused_webhook_id_with_another_body_is_409(planner, coder):
     response = planner.post("run.started", {"run": "r2", "tasks": [task("a")]}, webhook_id="msg_x")
     assert response.status_code == 409
     assert response.json()["errors"][0]["loc"] == "webhook-id"
+    assert "blockers" not in response.json()  # only a refused start lists blockers
     assert not Run.objects.filter(key="r2").exists()
 
 
@@ -643,6 +644,7 @@ def test_a_task_outside_the_frontier_may_not_start(planner, coder):
     )
     assert response.status_code == 409
     assert {"loc": "blockers", "msg": "prerequisite:a"} in response.json()["errors"]
+    assert response.json()["blockers"] == ["prerequisite:a"]  # the same, on their own
     assert Task.objects.get(key="b").state == "pending"
 
 

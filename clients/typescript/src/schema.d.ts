@@ -3166,7 +3166,7 @@ export interface operations {
                     "application/json": components["schemas"]["Errors"];
                 };
             };
-            /** @description The same webhook-id with a different body; a run declared again with other tasks; a task.started refused: `{"loc": "blockers", "msg": "claim:plan.customer-tier"}` for each blocker, with the reasons beside them. */
+            /** @description The same webhook-id with a different body; a run declared again with other tasks; a task.started refused: `{"loc": "blockers", "msg": "claim:plan.customer-tier"}` for each blocker, with the reasons beside them, and the blockers again as a list: `"blockers": ["claim:plan.customer-tier"]`. */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3281,7 +3281,7 @@ export interface operations {
                     "application/json": components["schemas"]["Errors"];
                 };
             };
-            /** @description The same webhook-id with a different body; a run declared again with other tasks; a task.started refused: `{"loc": "blockers", "msg": "claim:plan.customer-tier"}` for each blocker, with the reasons beside them. */
+            /** @description The same webhook-id with a different body; a run declared again with other tasks; a task.started refused: `{"loc": "blockers", "msg": "claim:plan.customer-tier"}` for each blocker, with the reasons beside them, and the blockers again as a list: `"blockers": ["claim:plan.customer-tier"]`. */
             409: {
                 headers: {
                     [name: string]: unknown;
