@@ -157,7 +157,7 @@ ERROR_STATUSES = {
     "data.agent).",
     "409": "The same webhook-id with a different body; a run declared again with other tasks; a "
     'task.started refused: `{"loc": "blockers", "msg": "claim:plan.customer-tier"}` for '
-    'each blocker, with the reasons beside them, and the blockers again as a list: '
+    "each blocker, with the reasons beside them, and the blockers again as a list: "
     '`"blockers": ["claim:plan.customer-tier"]`.',
     "413": "A body over 1 MiB (a packet over 64 KiB).",
     "415": "A content type other than application/json.",
