@@ -1,5 +1,6 @@
 """Story 1 (seeds/000): the all-green run as it happened, and replayed with containment on."""
 
+import csv
 import io
 import json
 
@@ -153,3 +154,18 @@ def test_the_reviewers_answer_reframes_the_planner_and_releases_the_coders(
     assert claims[all_green.CLAIM]["status"] == "verified"
     assert claims[f"{all_green.CLAIM}@refuted-1"]["status"] == "refuted"
     assert claims[f"{all_green.CLAIM}@refuted-1"]["blast_radius"]["agents"] == 1
+    assert claims[all_green.CLAIM]["posted_by"] == "reviewer:alice"  # the answer, in its place
+
+    # The manager's report: the widest claim is the refuted one, named as its agent named it and
+    # said to be replaced; the answer is not counted among the run's claims.
+    carol, _ = services.member_add(username="carol", fleet=fleet, role="manager")
+    client.force_login(carol)
+    runs = client.get("/reports/runs.csv?days=all").content.decode().splitlines()
+    [replay] = [row for row in csv.DictReader(runs) if row["run"] == all_green.RUN]
+    agents_claims = [c for c in body["claims"] if not c["posted_by"].startswith("reviewer:")]
+    assert int(replay["claims"]) == len(agents_claims) < len(body["claims"])
+    assert replay["widest_claim"] == f"{all_green.CLAIM}@refuted-1"
+    page = client.get("/reports/?days=all").content.decode()
+    assert (
+        f"<code>{all_green.CLAIM}</code> <small>(refuted; a reviewer's answer replaced it)" in page
+    )
