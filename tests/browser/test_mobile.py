@@ -103,3 +103,25 @@ def test_on_a_phone_the_queues_hint_sits_under_its_heading(desk, fleet, screens)
     hint = page.locator(".page-head .hint").bounding_box()
     gap = hint["y"] - (heading["y"] + heading["height"])
     assert 0 <= gap <= 16, gap  # wrapped under it, not a screen's tenth further down
+
+
+def test_on_a_phone_a_box_that_scrolls_sideways_shows_a_shadow_at_its_edges(desk, fleet, screens):
+    """The reports' tables are wider than a phone and scroll in their section: the section's
+    background carries the edge shadows (and the covers that hide them at an end)."""
+    desk.escalate()
+    member("carol", fleet, role="manager")
+    screen = screens()
+    page = screen.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    screen.sign_in("carol", PASSWORD)
+    page.goto("/reports/")
+    scrolling = page.evaluate(
+        """() => [...document.querySelectorAll('section, main > table')]
+            .filter(e => e.scrollWidth > e.clientWidth + 1)
+            .map(e => [getComputedStyle(e).backgroundImage, getComputedStyle(e).backgroundAttachment])"""
+    )
+    assert scrolling, "no table on the reports page is wider than a phone"
+    for image, attachment in scrolling:
+        assert image.count("radial-gradient") == 2 and image.count("linear-gradient") == 2, image
+        assert attachment.startswith("local, local, scroll, scroll"), attachment
+    screen.shot("mobile-reports-scroll-shadow")
