@@ -8,6 +8,7 @@ the document cannot say other than what the webhook accepts.
 
 from typing import Any
 
+from fleet.api.packet_doc import Packet
 from fleet.events import DATA_MODELS
 from fleet.outbox import EVENT_TYPES as NOTIFICATIONS
 
@@ -225,6 +226,10 @@ def write_side(components: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
         data = hoist(model.model_json_schema(ref_template=REF + "{model}"), components)
         data["title"] = data_name
         data["examples"] = [EXAMPLES[event_type]]
+        if event_type == "packet.submitted":  # a JSON object the desk validates: its fields
+            packet = hoist(Packet.model_json_schema(ref_template=REF + "{model}"), components)
+            components["Packet"] = packet
+            data["properties"]["packet"] = {"$ref": REF + "Packet"}
         components[data_name] = data
         name = schema_name(event_type)
         components[name] = {

@@ -178,3 +178,22 @@ def test_openapi_describes_every_field_and_the_errors(client):
     escalation = fields(doc, ok[ESCALATION])
     assert {"id", "run", "task", "status", "question", "packet", "answer"} <= set(escalation)
     assert set(fields(doc, ok[ESCALATION], "answer")) == {"text", "by", "at"}
+
+
+def test_the_openapi_document_types_the_packet_with_every_field_the_desk_accepts(client):
+    """`data.packet` is validated by the desk, field by field; the document still names each
+    field, so that a generated client has the packet typed."""
+    from escalations.packets import FIELDS, QUESTION_MAX_CHARS, URGENCIES
+
+    schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
+    assert schemas["PacketSubmittedData"]["properties"]["packet"] == {
+        "$ref": "#/components/schemas/Packet"
+    }
+    packet = schemas["Packet"]
+    assert sorted(packet["properties"]) == sorted(FIELDS)
+    assert packet["additionalProperties"] is False
+    urgency = packet["properties"]["urgency"]["anyOf"][0]
+    assert tuple(urgency["enum"]) == URGENCIES
+    question = packet["properties"]["smallest_unblocking_question"]["anyOf"][0]
+    assert question["maxLength"] == QUESTION_MAX_CHARS
+    assert set(schemas["RuledOut"]["properties"]) == {"hypothesis", "how"}

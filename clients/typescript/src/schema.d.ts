@@ -2142,6 +2142,72 @@ export interface components {
             timestamp: string;
             data: components["schemas"]["CapabilityChangedData"];
         };
+        /** RuledOut */
+        RuledOut: {
+            /** Hypothesis */
+            hypothesis: string;
+            /**
+             * How
+             * @description How it was ruled out.
+             */
+            how: string;
+        };
+        /**
+         * Packet
+         * @description A failure packet: what the agent tried, ruled out and found, and the one smallest question
+         *     that would unblock it. Anything else (a transcript, an unknown field, an empty field) is
+         *     refused with 422 naming the field.
+         */
+        Packet: {
+            /**
+             * Task
+             * @description The task it is about: its key, or its description in words.
+             * @default null
+             */
+            task?: string | null;
+            /**
+             * Tried
+             * @description What was tried; not empty.
+             * @default null
+             */
+            tried?: string[] | null;
+            /**
+             * Ruled Out
+             * @description Hypotheses ruled out, and how; may be empty.
+             * @default null
+             */
+            ruled_out?: components["schemas"]["RuledOut"][] | null;
+            /**
+             * Evidence
+             * @description Evidence objects, not sentences; not `agent:` sources or `human_answer`.
+             * @default null
+             */
+            evidence?: components["schemas"]["EvidenceIn"][] | null;
+            /**
+             * Smallest Unblocking Question
+             * @description Exactly one question (one sentence ending in '?').
+             * @default null
+             */
+            smallest_unblocking_question?: string | null;
+            /**
+             * Options
+             * @description Answers a reviewer may pick.
+             * @default null
+             */
+            options?: string[] | null;
+            /**
+             * Urgency
+             * @description Sets the escalation's due time by the fleet's rules.
+             * @default null
+             */
+            urgency?: ("low" | "normal" | "high") | null;
+            /**
+             * Dedup Key
+             * @description Your name for the question: packets of the fleet with the same key ask the same question (they wait on one escalation).
+             * @default null
+             */
+            dedup_key?: string | null;
+        };
         /**
          * PacketSubmittedData
          * @example {
@@ -2203,10 +2269,7 @@ export interface components {
             run: string;
             /** Task */
             task: string;
-            /** Packet */
-            packet: {
-                [key: string]: unknown;
-            };
+            packet: components["schemas"]["Packet"];
         };
         /**
          * PacketSubmittedEvent
