@@ -33,7 +33,9 @@ class Packet(BaseModel):
     model_config = ConfigDict(extra="forbid", title="Packet")
 
     task: str | None = Field(
-        None, min_length=1, description="The task it is about: its key, or its description in words."
+        None,
+        min_length=1,
+        description="The task it is about: its key, or its description in words.",
     )
     tried: Entries = Field(
         None, min_length=1, max_length=LIST_MAX_ITEMS, description="What was tried; not empty."
