@@ -38,7 +38,8 @@ def tasks_waiting(escalation: Escalation) -> list[dict[str, Any]]:
             "run": escalation.run.key,
             "task": escalation.task.key,
             "agent": escalation.task.agent.name,
-            "question": escalation.packet.smallest_unblocking_question
+            # A draft has no question yet: null, as the escalation's own `question` says.
+            "question": (escalation.packet.smallest_unblocking_question or None)
             if escalation.packet
             else None,
             "joined": False,
@@ -60,7 +61,9 @@ def tasks_waiting(escalation: Escalation) -> list[dict[str, Any]]:
                 "run": row.task.run.key,
                 "task": row.task.key,
                 "agent": row.task.agent.name,
-                "question": row.packet.smallest_unblocking_question if row.packet else None,
+                "question": (row.packet.smallest_unblocking_question or None)
+                if row.packet
+                else None,
                 "joined": True,
                 "joined_at": row.joined_at,
                 "state": row.task.state,

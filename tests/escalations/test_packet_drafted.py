@@ -217,3 +217,12 @@ def test_the_run_api_names_each_tasks_waiting_escalation(escalation, desk, clien
     with TestCase.captureOnCommitCallbacks(execute=True):
         services.escalation_answer(escalation=escalation, reviewer=alice, text="Add the column")
     assert run_api(client, desk)["plan"]["escalation"] is None  # answered: nothing waits
+
+
+def test_a_draft_has_no_question_in_the_escalations_tasks_either(escalation, desk, client):
+    _, token = ApiToken.issue(desk.planner.agent)
+    body = client.get(
+        f"/api/v1/escalations/{escalation.pk}", HTTP_AUTHORIZATION=f"Bearer {token}"
+    ).json()
+    assert body["question"] is None
+    assert [t["question"] for t in body["tasks"]] == [None]
