@@ -11,6 +11,10 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
+import sqlparse
+from sqlparse import tokens as sql_tokens
+from sqlparse.sql import Identifier
+
 MAX_SUBJECTS: Final = 20  # `about` entries on one claim
 MAX_SUBJECT_LENGTH: Final = 200
 
@@ -143,8 +147,7 @@ def bearing(
     """
     if not subjects:
         return NO_SUBJECT
-    said = _sql_said(source) if kind == "query_result" else source
-    text = "\n".join([said, *_values(payload)])
+    text = "\n".join(_mentioning(kind, source, payload))
     if verdict == "verified":
         missing = [s for s in subjects if not mentions(text, s)]
         if missing:
@@ -188,6 +191,14 @@ def _query_agrees(
             "column is there; a reviewer may settle this one"
         )
     rows = "\n".join(_values(payload.get("rows")))
+    said = _sql_said(source)
+    if verdict == "refuted" and _SQL_EXCLUDES.search(said):
+        left_out = [column for column in columns if _mentions_whole(said, column)]
+        if left_out:
+            return (
+                f"the query filters on {', '.join(left_out)} itself: rows it leaves out do not "
+                "show the column missing"
+            )
     for column in columns:
         named = _mentions_whole(rows, column)
         if verdict == "verified" and not named:
@@ -208,13 +219,64 @@ def _query_agrees(
 
 
 _SQL_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
-_SQL_ALIAS = re.compile(r"\bAS\s+(\"[^\"]*\"|`[^`]*`|\w+)", re.I)
+# A filter that leaves rows out: a schema query with it cannot show a column missing.
+_SQL_EXCLUDES = re.compile(r"!=|<>|\bNOT\s+(?:IN|LIKE|GLOB)\b|\bEXCEPT\b", re.I)
+
+
+def _mentioning(kind: str, source: str, payload: Mapping[str, Any] | None) -> list[str]:
+    """The evidence's text that may mention a subject. A query's: what it says about the data
+    (`_sql_said`) and its rows, not its result's column names (an alias names them). An HTTP
+    exchange's: its URLs without the fragment, which is never sent to the server."""
+    if kind == "query_result":
+        rows = payload.get("rows") if isinstance(payload, Mapping) else None
+        return [_sql_said(source), *_values(rows)]
+    if kind == "http_exchange":
+        request = payload.get("request") if isinstance(payload, Mapping) else None
+        url = request.get("url") if isinstance(request, Mapping) else None
+        rest = {k: v for k, v in (payload or {}).items() if k != "request"}
+        return [_unfragmented(source), _unfragmented(str(url or "")), *_values(rest)]
+    return [source, *_values(payload)]
+
+
+def _unfragmented(url: str) -> str:
+    return url.split("#", 1)[0]
 
 
 def _sql_said(source: str) -> str:
     """What a query says about the data: not its comments, not the names it gives its columns
-    (`SELECT 1 AS customer_tier` mentions nothing)."""
-    return _SQL_ALIAS.sub(" ", _SQL_COMMENT.sub(" ", source))
+    or tables (`SELECT 1 AS customer_tier`, `SELECT 1 customer_tier`, `FROM t customer_tier`
+    mention nothing), and, unless it reads the schema (where a literal names a table:
+    `WHERE table_name = 'customers'`), not its string literals (`WHERE 'customer_tier' <> ''`)."""
+    uncommented = _SQL_COMMENT.sub(" ", source)
+    literals_name = bool(_READS_SCHEMA.search(uncommented))
+    said: list[str] = []
+
+    def walk(token: Any) -> None:
+        if token.ttype in sql_tokens.Comment:
+            return
+        if token.ttype in sql_tokens.Literal.String and not literals_name:
+            said.append(" ")
+            return
+        if isinstance(token, Identifier) and token.has_alias():
+            parts = [t for t in token.tokens if not t.is_whitespace]
+            alias = parts[-1]
+            for part in token.tokens:
+                if part is alias:
+                    break
+                if part.ttype in sql_tokens.Keyword and part.normalized == "AS":
+                    continue
+                walk(part)
+            said.append(" ")
+            return
+        if token.is_group:
+            for part in token.tokens:
+                walk(part)
+            return
+        said.append(str(token))
+
+    for statement in sqlparse.parse(uncommented):
+        walk(statement)
+    return "".join(said)
 
 
 def _test_run_agrees(statement: str, payload: Mapping[str, Any], verdict: str) -> str | None:

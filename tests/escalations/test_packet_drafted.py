@@ -34,7 +34,9 @@ def escalation(desk, fleet, tmp_path):
 
 
 def requested() -> list[dict]:
-    return [d.payload["data"] for d in Delivery.objects.filter(type="packet.requested")]
+    return [
+        d.payload["data"] for d in Delivery.objects.filter(type="packet.requested").order_by("id")
+    ]
 
 
 def run_api(client, desk) -> dict:

@@ -33,7 +33,8 @@ def answer(escalation, reviewer, text="Use the loyalty_points threshold"):
 
 
 def opened_notifications() -> list[dict]:
-    return [d.payload["data"] for d in Delivery.objects.filter(type="escalation.opened")]
+    deliveries = Delivery.objects.filter(type="escalation.opened").order_by("id")
+    return [d.payload["data"] for d in deliveries]
 
 
 def assert_released(task_key: str = "plan") -> None:

@@ -298,3 +298,61 @@ def test_a_subject_only_in_a_comment_or_a_column_alias_is_not_mentioned(source):
     assert (
         why == "the evidence does not mention customers.customer_tier: it bears on another question"
     )
+
+
+# What a careless agent's own words in its evidence mention: nothing -----------------------------
+
+VALUE = "every customer has a `customer_tier` value"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "SELECT 1 AS customer_tier",
+        'SELECT 1 AS "customer_tier"',
+        "SELECT 1 AS [customer_tier]",
+        "SELECT 1 customer_tier",
+        "SELECT id AS customer_tier FROM customers",
+        "SELECT id FROM customers customer_tier",
+        "SELECT id FROM customers WHERE 'customer_tier' <> ''",
+        "SELECT id FROM customers -- customer_tier",
+    ],
+)
+def test_a_querys_aliases_literals_and_comments_mention_nothing(source):
+    payload = query_result_payload(columns=["customer_tier"], rows=[[1]])
+    assert judged(VALUE, "verified", source, payload) == (
+        "the evidence does not mention customer_tier: it bears on another question"
+    )
+
+
+def test_a_query_that_names_the_column_itself_mentions_it():
+    payload = query_result_payload(columns=["customer_tier"], rows=[["gold"]])
+    assert judged(VALUE, "verified", "SELECT customer_tier FROM customers", payload) is None
+    aliased = "SELECT c.customer_tier AS tier FROM customers c"
+    assert judged(VALUE, "verified", aliased, payload) is None
+
+
+def test_a_literal_in_a_query_of_the_schema_still_names_its_table():
+    statement = "`customers.customer_tier` exists"
+    assert judged(statement, "refuted", INFORMATION_SCHEMA, REAL) is None
+
+
+def test_a_schema_query_filtering_the_column_out_does_not_refute_it():
+    statement = "the `customers.id` column exists"
+    source = "SELECT name FROM pragma_table_info('customers') WHERE name != 'id'"
+    payload = query_result_payload(columns=["name"], rows=[["name"], ["email"]])
+    assert judged(statement, "refuted", source, payload) == (
+        "the query filters on id itself: rows it leaves out do not show the column missing"
+    )
+    looked_for = "SELECT name FROM pragma_table_info('customers') WHERE name = 'customer_tier'"
+    none = query_result_payload(columns=["name"], rows=[])
+    assert judged(INVENTED, "refuted", looked_for, none) is None
+
+
+def test_a_urls_fragment_is_never_sent_so_it_mentions_nothing():
+    statement = "`/missing` returns `200`"
+    url = "http://127.0.0.1:8183/status#/missing"
+    payload = http_exchange_payload(method="GET", url=url, status=200, body_sha256="0" * 64)
+    assert judged(statement, "verified", f"GET {url}", payload, kind="http_exchange") == (
+        "the evidence does not mention /missing: it bears on another question"
+    )
