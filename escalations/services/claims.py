@@ -29,10 +29,13 @@ def claim_recheck(*, claim: Claim, reviewer: Any) -> Claim:
     return recheck.claim_recheck(claim=claim, by=reviewer.get_username())
 
 
-def claim_check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Claim:
+def claim_check_by_hand(
+    *, claim: Claim, reviewer: Any, verdict: str, note: str, seen: str = ""
+) -> Claim:
     """A reviewer verifies or refutes a claim by hand: `human_answer` evidence from
     `reviewer:<user>` with the note, the refutation handed to the retry policy, and the frontier
-    recomputed after commit."""
+    recomputed after commit. `seen` is the claim's status on the reviewer's page: if it changed
+    since (another reviewer's verdict, the verifier's), the verdict is refused, saying how."""
     note = note.strip()
     run = claim.run
     refuse_unless_reviewer(reviewer, run.fleet_id, run.fleet.name)
@@ -51,7 +54,7 @@ def claim_check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str)
     refuse_unless_running(run, "a verdict now would change nothing.")
     if claim.status == verdict:
         raise Refusal(f"{claim.key} is already {verdict} ({claim.status_reason}).", status=409)
-    return check_by_hand(claim=claim, reviewer=reviewer, verdict=verdict, note=note)
+    return check_by_hand(claim=claim, reviewer=reviewer, verdict=verdict, note=note, seen=seen)
 
 
 def claim_raise(*, claim: Claim, reviewer: Any) -> Claim:

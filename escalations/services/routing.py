@@ -275,7 +275,8 @@ def can_hand_off(user: Any, fleet_id: int) -> bool:
 @transaction.atomic
 def escalation_hand_off(*, escalation: Escalation, by: Any, to: str, note: str) -> Escalation:
     """Hand a waiting escalation to another reviewer of its fleet, with a note (kept in its
-    history); the new assignee is told on their channels."""
+    history); the new assignee is told on their channels. A claim the one handing it off holds
+    goes with it: the new assignee can act at once."""
     now = timezone.now()
     escalation = lock_escalation(escalation.pk)
     if escalation.status not in Escalation.OPEN_STATES:
@@ -307,7 +308,13 @@ def escalation_hand_off(*, escalation: Escalation, by: Any, to: str, note: str) 
     if problems:
         raise Refusal(problems)
     escalation.assignee = target
-    escalation.save(update_fields=["assignee"])
+    fields = ["assignee"]
+    if escalation.status == Escalation.Status.CLAIMED and escalation.claimed_by_id == by.pk:
+        escalation.status = Escalation.Status.OPEN
+        escalation.claimed_by = None
+        escalation.claim_expires_at = None
+        fields += ["status", "claimed_by", "claim_expires_at"]
+    escalation.save(update_fields=fields)
     Assignment.objects.create(
         escalation=escalation,
         kind=Assignment.Kind.HANDED_OFF,

@@ -401,6 +401,7 @@ def check_by_hand(request: HtmxHttpRequest, escalation_id: int, claim_id: int) -
             reviewer=request.user,
             verdict=request.POST.get("verdict", ""),
             note=request.POST.get("note", ""),
+            seen=request.POST.get("seen", ""),
         ),
         anchor=f"claim-{claim.pk}",
         about={"claim": str(claim.pk)},

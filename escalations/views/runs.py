@@ -221,6 +221,7 @@ def claim_check(request: HttpRequest, run_id: int, claim_id: int) -> HttpRespons
             reviewer=request.user,
             verdict=request.POST.get("verdict", ""),
             note=request.POST.get("note", ""),
+            seen=request.POST.get("seen", ""),
         )
     except Refusal as refused:
         return back_to_run(request, found, f"claim-{claim.pk}", refused)

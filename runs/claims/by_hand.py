@@ -5,6 +5,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.errors import Refusal
 from runs import halts, retries
 from runs.claims import consumers
 from runs.claims.hashing import HUMAN_ANSWER, payload_hash
@@ -14,12 +15,21 @@ VERDICTS = (Claim.Status.VERIFIED, Claim.Status.REFUTED)
 
 
 @transaction.atomic
-def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str) -> Claim:
-    """A reviewer verifies or refutes a claim; the verdict is final (no verifier overturns it)."""
+def check_by_hand(*, claim: Claim, reviewer: Any, verdict: str, note: str, seen: str = "") -> Claim:
+    """A reviewer verifies or refutes a claim; the verdict is final (no verifier overturns it).
+    `seen`, when given, is the status the reviewer saw: a claim settled since is not overwritten
+    from a stale page (a 409 that says who settled it)."""
     if verdict not in VERDICTS:
         raise ValueError(f"a reviewer's verdict is verified or refuted, not {verdict!r}")
     # Only the claim is locked: events do not lock the run row, and neither does this.
     claim = Claim.objects.select_for_update(of=("self",)).select_related("run").get(pk=claim.pk)
+    if seen and claim.status != seen:
+        raise Refusal(
+            f"{claim.key} changed since your page showed it {seen}: it is {claim.status} now "
+            f"({claim.status_reason}). Read it again, and record your verdict if you still "
+            "disagree.",
+            status=409,
+        )
     was = claim.status
     now = timezone.now()
     who = f"reviewer:{reviewer.get_username()}"

@@ -156,6 +156,34 @@ def test_the_same_verdict_again_is_refused(desk, alice):
     assert Evidence.objects.filter(claim=claim, kind="human_answer").count() == 1
 
 
+def test_a_verdict_from_a_page_older_than_anothers_verdict_is_refused_keeping_the_note(desk, alice):
+    """Two reviewers had the run page open: the first verifies, the second, still seeing the
+    claim unverified, refutes. The second is told what changed; nothing is overwritten and the
+    planner is not sent back."""
+    bob = member("bob", desk.fleet)
+    claim = Claim.objects.get(key="plan.tier")
+    run = Run.objects.get(key=RUN)
+    url = f"/runs/{run.pk}/claims/{claim.pk}/check/"
+    late_browser = signed_in(bob)
+    page = late_browser.get(f"/runs/{run.pk}/").content.decode()
+    assert '<input type="hidden" name="seen" value="unverified">' in page
+    seen = {"seen": "unverified"}
+    committed(signed_in(alice).post, url, {"verdict": "verified", "note": "checked", **seen})
+
+    late = {"verdict": "refuted", "note": "stale page: I think it is refuted", **seen}
+    response = committed(late_browser.post, url, late)
+    page = late_browser.get(response["Location"]).content.decode()
+    assert (
+        "plan.tier changed since your page showed it unverified: it is verified now "
+        "(verified by hand by alice: checked)"
+    ) in page
+    assert "stale page: I think it is refuted</textarea>" in page  # the note is kept
+    claim.refresh_from_db()
+    assert (claim.status, claim.checked_by) == ("verified", "reviewer:alice")
+    assert Evidence.objects.filter(claim=claim, kind="human_answer").count() == 1
+    assert not Task.objects.get(key="plan").decisions.exists()
+
+
 def test_a_finished_runs_claims_are_not_checked_by_hand(desk, alice):
     claim = Claim.objects.get(key="plan.tier")
     run = Run.objects.get(key=RUN)

@@ -119,6 +119,27 @@ def test_a_reviewer_hands_an_escalation_off_with_a_note(desk, people):
     assert history[1] == ("handed-off", "bob", "Bob knows the pricing config")
 
 
+def test_a_hand_off_by_the_reviewer_holding_the_claim_gives_the_claim_up(desk, people):
+    """The new assignee can answer at once, not once the old claim expires."""
+    from escalations.services import escalation_answer, escalation_claim
+    from tests.conftest import committed
+
+    escalation = desk.escalate()
+    escalation_claim(escalation=escalation, reviewer=people["alice"])
+    routing.escalation_hand_off(
+        escalation=escalation, by=people["alice"], to="bob", note="Bob knows the pricing config"
+    )
+    escalation.refresh_from_db()
+    assert (escalation.status, escalation.claimed_by, escalation.assignee) == (
+        "open",
+        None,
+        people["bob"],
+    )
+    committed(escalation_answer, escalation=escalation, reviewer=people["bob"], text="points")
+    escalation.refresh_from_db()
+    assert escalation.status == "answered"
+
+
 @pytest.mark.parametrize(
     ("to", "note", "expected"),
     [
