@@ -29,7 +29,8 @@ def what_if(request: HttpRequest, run_id: int) -> HttpResponse:
     }
     status = 200
     try:
-        result = lab_runs.what_if(run=found, down=down, steps=steps)
+        given = request.GET.getlist("steps")  # given twice is refused, as the API refuses it
+        result = lab_runs.what_if(run=found, down=down, steps=given if len(given) > 1 else steps)
     except Refusal as refused:
         context["error"] = refused.message
         status = 422

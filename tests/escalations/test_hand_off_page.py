@@ -89,6 +89,16 @@ def test_the_notifications_page_refuses_saying_why(routed, browser, data, status
     assert expected in response.content.decode()
 
 
+def test_a_refused_channel_is_shown_again_as_it_was_typed(routed, browser):
+    typed = "json://hooks.example.com/" + "a" * 1200
+    response = browser.post("/notifications/", {"action": "add", "kind": "chat", "target": typed})
+    page = response.content.decode()
+    assert response.status_code == 422
+    assert "is longer than 1000 characters" in page
+    assert f'name="target" required value="{typed}"' in page
+    assert '<option value="chat" selected>' in page
+
+
 def test_a_manager_sets_where_the_fleet_is_announced(routed, client):
     manny = member("manny", routed.fleet, role="manager")
     client.force_login(manny)

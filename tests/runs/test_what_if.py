@@ -142,3 +142,16 @@ def test_a_run_too_large_to_simulate_in_a_request_is_refused_naming_it(client, f
     assert problem["msg"].startswith(
         "the what-if takes runs of up to 7 tasks still to do; this one has 8"
     )
+
+
+def test_the_page_refuses_steps_given_twice_as_the_api_does(fleet):
+    from runs.models import Run
+    from tests.conftest import signed_in
+    from tests.escalations.desk import member
+
+    run = Run.objects.get(key=RUN)
+    browser = signed_in(member("carol", fleet, role="manager"))
+    response = browser.get(f"/runs/{run.pk}/what-if/?down=forge&steps=3&steps=4")
+
+    assert response.status_code == 422
+    assert "given 2 times: give one number of steps from 1 to 100" in response.content.decode()
