@@ -27,7 +27,7 @@ from escalations.models import (
     RoutingRule,
 )
 from escalations.services import messages
-from escalations.services.state import NOTE_MAX_CHARS, lock_escalation
+from escalations.services.state import NOTE_MAX_CHARS, lock_escalation, unclaimed
 from fleet.errors import Refusal, error
 from fleet.models import Fleet, Membership
 from runs.models import Attempt, Task
@@ -310,10 +310,7 @@ def escalation_hand_off(*, escalation: Escalation, by: Any, to: str, note: str) 
     escalation.assignee = target
     fields = ["assignee"]
     if escalation.status == Escalation.Status.CLAIMED and escalation.claimed_by_id == by.pk:
-        escalation.status = Escalation.Status.OPEN
-        escalation.claimed_by = None
-        escalation.claim_expires_at = None
-        fields += ["status", "claimed_by", "claim_expires_at"]
+        fields += unclaimed(escalation)
     escalation.save(update_fields=fields)
     Assignment.objects.create(
         escalation=escalation,

@@ -163,11 +163,16 @@ def escalation_release(*, escalation: Escalation, reviewer: Any) -> Escalation:
     escalation = lock_escalation(escalation.pk)
     refuse_unless_open(escalation, reviewer, now)
     if escalation.status == Escalation.Status.CLAIMED:
-        escalation.status = Escalation.Status.OPEN
-        escalation.claimed_by = None
-        escalation.claim_expires_at = None
-        escalation.save(update_fields=["status", "claimed_by", "claim_expires_at"])
+        escalation.save(update_fields=unclaimed(escalation))
     return escalation
+
+
+def unclaimed(escalation: Escalation) -> list[str]:
+    """The claim given back: open again, held by nobody. Returns the fields to save."""
+    escalation.status = Escalation.Status.OPEN
+    escalation.claimed_by = None
+    escalation.claim_expires_at = None
+    return ["status", "claimed_by", "claim_expires_at"]
 
 
 def escalation_looked_at(*, escalation: Escalation, packet: bool) -> None:

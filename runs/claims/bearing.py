@@ -147,7 +147,8 @@ def bearing(
     """
     if not subjects:
         return NO_SUBJECT
-    text = "\n".join(_mentioning(kind, source, payload))
+    said = _sql_said(source) if kind == "query_result" else source  # a query read once
+    text = "\n".join(_mentioning(kind, said, payload))
     if verdict == "verified":
         missing = [s for s in subjects if not mentions(text, s)]
         if missing:
@@ -162,7 +163,7 @@ def bearing(
     if payload is None:
         return None  # reality gave nothing (the query fails, the file is not there): that is all
     if kind == "query_result":
-        return _query_agrees(subjects, statement, source, payload, verdict)
+        return _query_agrees(subjects, statement, source, said, payload, verdict)
     if kind == "test_run":
         return _test_run_agrees(statement, payload, verdict)
     if kind == "http_exchange":
@@ -177,7 +178,12 @@ def _mentions_table(text: str, subject: str) -> bool:
 
 
 def _query_agrees(
-    subjects: Sequence[str], statement: str, source: str, payload: Mapping[str, Any], verdict: str
+    subjects: Sequence[str],
+    statement: str,
+    source: str,
+    said: str,
+    payload: Mapping[str, Any],
+    verdict: str,
 ) -> str | None:
     """An existence claim about a column is shown by rows that name it; refuted by a query of the
     schema whose rows do not (rows without it from any other query show nothing missing)."""
@@ -191,7 +197,6 @@ def _query_agrees(
             "column is there; a reviewer may settle this one"
         )
     rows = "\n".join(_values(payload.get("rows")))
-    said = _sql_said(source)
     if verdict == "refuted" and _SQL_EXCLUDES.search(said):
         left_out = [column for column in columns if _mentions_whole(said, column)]
         if left_out:
@@ -223,19 +228,20 @@ _SQL_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 _SQL_EXCLUDES = re.compile(r"!=|<>|\bNOT\s+(?:IN|LIKE|GLOB)\b|\bEXCEPT\b", re.I)
 
 
-def _mentioning(kind: str, source: str, payload: Mapping[str, Any] | None) -> list[str]:
-    """The evidence's text that may mention a subject. A query's: what it says about the data
-    (`_sql_said`) and its rows, not its result's column names (an alias names them). An HTTP
-    exchange's: its URLs without the fragment, which is never sent to the server."""
+def _mentioning(kind: str, said: str, payload: Mapping[str, Any] | None) -> list[str]:
+    """The evidence's text that may mention a subject (`said`: its source, a query's as
+    `_sql_said` reads it). A query's: what it says about the data and its rows, not its result's
+    column names (an alias names them). An HTTP exchange's: its URLs without the fragment, which
+    is never sent to the server."""
     if kind == "query_result":
         rows = payload.get("rows") if isinstance(payload, Mapping) else None
-        return [_sql_said(source), *_values(rows)]
+        return [said, *_values(rows)]
     if kind == "http_exchange":
         request = payload.get("request") if isinstance(payload, Mapping) else None
         url = request.get("url") if isinstance(request, Mapping) else None
         rest = {k: v for k, v in (payload or {}).items() if k != "request"}
-        return [_unfragmented(source), _unfragmented(str(url or "")), *_values(rest)]
-    return [source, *_values(payload)]
+        return [_unfragmented(said), _unfragmented(str(url or "")), *_values(rest)]
+    return [said, *_values(payload)]
 
 
 def _unfragmented(url: str) -> str:
