@@ -132,6 +132,13 @@ class Task(models.Model):
             # A claim posted asks whether another task of its run is running: a handful of
             # rows, however many tasks the run has and whatever the statistics say.
             models.Index(fields=["run"], condition=Q(state="running"), name="running_tasks"),
+            # An answer's region takes in the transaction groups of its tasks: each group's
+            # members in one probe, not by reading the run's tasks.
+            models.Index(
+                fields=["run", "transaction"],
+                condition=~Q(transaction=""),
+                name="transaction_groups",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -514,8 +514,7 @@ SELECT 't', t.run_id, json_build_array(t.id, t.key, t.state, t.capabilities, t.r
   FROM runs_task t WHERE {tasks}
 UNION ALL
 SELECT 'p', t.run_id, json_build_array(p.task_id, p.id, r.key)
-  FROM runs_prerequisite p JOIN runs_task t ON t.id = p.task_id JOIN runs_task r ON r.id = p.requires_id
-  WHERE {edges}
+  {edges}
 UNION ALL
 SELECT 'h', t.run_id, json_build_array(h.task_id, h.id, h.key)
   FROM runs_halt h JOIN runs_task t ON t.id = h.task_id
@@ -527,7 +526,7 @@ SELECT 'o', t.run_id, json_build_array(t.key, o.code, extract(epoch FROM o.place
 UNION ALL
 SELECT 'c', c.run_id, json_build_array(c.key, c.status, c.load_bearing, t.key, c.superseded,
     c.task_id)
-  FROM runs_claim c JOIN runs_task t ON t.id = c.task_id WHERE {claims}
+  {claims}
 UNION ALL
 SELECT 'f', f.fleet_id, json_build_array(f.name, f.status, f.role)
   FROM fleet_capability f WHERE f.fleet_id = ANY(%(fleets)s)
@@ -545,42 +544,61 @@ UNION ALL
 WHOLE = FACTS_SQL.format(
     region="",
     tasks="t.run_id = ANY(%(runs)s)",
-    edges="t.run_id = ANY(%(runs)s)",
+    edges="""FROM runs_prerequisite p JOIN runs_task t ON t.id = p.task_id
+    JOIN runs_task r ON r.id = p.requires_id
+  WHERE t.run_id = ANY(%(runs)s)""",
     ids="ARRAY(SELECT id FROM runs_task WHERE run_id = ANY(%(runs)s))",
-    claims="c.run_id = ANY(%(runs)s)",
+    claims="FROM runs_claim c JOIN runs_task t ON t.id = c.task_id WHERE c.run_id = ANY(%(runs)s)",
 )
 # `release.region` of the tasks `%(around)s`: every task below them, then, closed over both,
 # what they depend on and their transaction groups' members. Its claims: those its tasks post,
-# name in `consumes` or are halted on, and the keys `%(keys)s` asked for by name.
+# name in `consumes` or are halted on, and the keys `%(keys)s` asked for by name. Every row is
+# found by a probe of an index for each id or name (a LATERAL subquery fenced by OFFSET 0 or
+# LIMIT, which the planner cannot turn into a join): with a list to filter by, a planner whose
+# statistics predate a run's growth read all its tasks and claims to find the region's, and the
+# more claims a run had, the longer each answer took.
 AROUND = FACTS_SQL.format(
     region="""
 WITH RECURSIVE below(id) AS (
     SELECT unnest(%(around)s::bigint[])
   UNION
-    SELECT p.task_id FROM runs_prerequisite p JOIN below b ON p.requires_id = b.id
+    SELECT n.task_id FROM below b CROSS JOIN LATERAL (
+        SELECT task_id FROM runs_prerequisite WHERE requires_id = b.id OFFSET 0) AS n
 ), region(id) AS (
     SELECT id FROM below
   UNION
     SELECT near.id FROM region x CROSS JOIN LATERAL (
         SELECT p.requires_id FROM runs_prerequisite p WHERE p.task_id = x.id
       UNION ALL
-        SELECT g.id FROM runs_task m
-          JOIN runs_task g ON g.run_id = m.run_id AND g."transaction" = m."transaction"
+        SELECT g.id FROM runs_task m CROSS JOIN LATERAL (
+            SELECT id FROM runs_task WHERE run_id = m.run_id AND "transaction" = m."transaction"
+              AND "transaction" <> '' OFFSET 0) AS g
           WHERE m.id = x.id AND m."transaction" <> ''
     ) AS near(id)
 )""",
     tasks="t.id = ANY(ARRAY(SELECT id FROM region))",
-    edges="p.task_id = ANY(ARRAY(SELECT id FROM region))",
+    edges="""FROM runs_prerequisite p
+    CROSS JOIN LATERAL (SELECT run_id FROM runs_task WHERE id = p.task_id OFFSET 0) AS t
+    CROSS JOIN LATERAL (SELECT key FROM runs_task WHERE id = p.requires_id OFFSET 0) AS r
+  WHERE p.task_id = ANY(ARRAY(SELECT id FROM region))""",
     ids="ARRAY(SELECT id FROM region)",
-    claims="""c.run_id = ANY(%(runs)s) AND (
-    c.task_id = ANY(ARRAY(SELECT id FROM region))
-    OR c.key = ANY(ARRAY(
-        SELECT jsonb_array_elements_text(n.consumes) FROM runs_task n
-          WHERE n.id = ANY(ARRAY(SELECT id FROM region))
-        UNION ALL
-        SELECT n.key FROM runs_halt n
-          WHERE n.task_id = ANY(ARRAY(SELECT id FROM region)) AND n.settled_at IS NULL))
-    OR c.key = ANY(%(keys)s))""",
+    claims="""FROM (
+      SELECT k.* FROM region x CROSS JOIN LATERAL (
+          SELECT id, run_id, key, status, load_bearing, superseded, task_id FROM runs_claim
+            WHERE task_id = x.id OFFSET 0) AS k
+    UNION
+      SELECT k.* FROM unnest(%(runs)s::bigint[]) AS w(run) CROSS JOIN (
+          SELECT jsonb_array_elements_text(n.consumes) FROM runs_task n
+            WHERE n.id = ANY(ARRAY(SELECT id FROM region))
+        UNION
+          SELECT n.key FROM runs_halt n
+            WHERE n.task_id = ANY(ARRAY(SELECT id FROM region)) AND n.settled_at IS NULL
+        UNION
+          SELECT unnest(%(keys)s::text[])
+      ) AS named(key) CROSS JOIN LATERAL (
+          SELECT id, run_id, key, status, load_bearing, superseded, task_id FROM runs_claim
+            WHERE run_id = w.run AND key = named.key LIMIT 1) AS k
+  ) AS c CROSS JOIN LATERAL (SELECT key FROM runs_task WHERE id = c.task_id OFFSET 0) AS t""",
 )
 
 

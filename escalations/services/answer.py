@@ -263,22 +263,18 @@ def reviewer_model() -> Any:
     return Escalation._meta.get_field("claimed_by").related_model
 
 
-# `locked_for_answer`'s statements; the names are the models' own (`locks_sql`).
+# `locked_for_answer`'s statements; the names are the models' own (`locks_sql`). `{of_runs}` and
+# `{of_tasks}` are the ids of the runs and the tasks waiting on the escalation (its own and its
+# joined tasks'), each found through its own row (a joined task's run by a subquery per task).
 LOCKS = {
     "runs": """
         SELECT {run_columns}, {fleet_columns}
-        FROM {run} r JOIN {fleet} f ON f.id = r.fleet_id
-        WHERE r.id IN (SELECT run_id FROM {escalation} WHERE id = %(escalation)s)
-           OR r.id IN (SELECT t.run_id FROM {joined} j JOIN {task} t ON t.id = j.task_id
-                       WHERE j.escalation_id = %(escalation)s AND j.left_at IS NULL)
-        ORDER BY r.id {lock_r}""",
+        FROM {runs_locked} JOIN {fleet} f ON f.id = r.fleet_id {runs_where}
+        ORDER BY r.id""",
     "tasks": """
         SELECT {task_columns}, {agent_columns}
-        FROM {task} t JOIN {agent} a ON a.id = t.agent_id
-        WHERE t.id IN (SELECT task_id FROM {escalation} WHERE id = %(escalation)s)
-           OR t.id IN (SELECT task_id FROM {joined}
-                       WHERE escalation_id = %(escalation)s AND left_at IS NULL)
-        ORDER BY t.id {lock_t}""",
+        FROM {tasks_locked} JOIN {agent} a ON a.id = t.agent_id {tasks_where}
+        ORDER BY t.id""",
     "escalation": """
         SELECT {escalation_columns}, {user_columns}, {packet_columns}
         FROM {escalation} e LEFT JOIN {user} u ON u.id = e.claimed_by_id
@@ -290,13 +286,43 @@ LOCKS = {
         WHERE j.escalation_id = %(escalation)s AND j.left_at IS NULL
         ORDER BY j.joined_at, j.id""",
 }
+IDS = {
+    "of_runs": """
+            SELECT run_id FROM {escalation} WHERE id = %(escalation)s
+            UNION
+            SELECT (SELECT run_id FROM {task} WHERE id = j.task_id) FROM {joined} j
+              WHERE j.escalation_id = %(escalation)s AND j.left_at IS NULL""",
+    "of_tasks": """
+            SELECT task_id FROM {escalation} WHERE id = %(escalation)s
+            UNION
+            SELECT task_id FROM {joined} WHERE escalation_id = %(escalation)s AND left_at IS NULL""",
+}
+# On PostgreSQL each run and each task is locked through a probe of its primary key, in the
+# order of the ids (a LATERAL subquery for each, which the planner cannot turn into a scan): with
+# `IN (...)`, a planner whose statistics predate the tables' growth read every run and every
+# task of the database to find them. SQLite takes no row locks.
+LOCKED = {
+    "postgresql": {
+        "runs_locked": """(SELECT id FROM ({of_runs}) AS u(id) ORDER BY id) AS ids
+            CROSS JOIN LATERAL (SELECT * FROM {run} WHERE id = ids.id FOR UPDATE) AS r""",
+        "runs_where": "",
+        "tasks_locked": """(SELECT id FROM ({of_tasks}) AS u(id) ORDER BY id) AS ids
+            CROSS JOIN LATERAL (SELECT * FROM {task} WHERE id = ids.id FOR UPDATE) AS t""",
+        "tasks_where": "",
+    },
+    "sqlite": {
+        "runs_locked": "{run} r",
+        "runs_where": "WHERE r.id IN ({of_runs})",
+        "tasks_locked": "{task} t",
+        "tasks_where": "WHERE t.id IN ({of_tasks})",
+    },
+}
 
 
 @cache
 def locks_sql() -> dict[str, str]:
-    """`LOCKS` with the models' tables and columns (SQLite takes no row locks: no FOR UPDATE)."""
+    """`LOCKS` with the models' tables and columns, the ids found as the database allows."""
     User = reviewer_model()
-    lock = "FOR UPDATE OF {}" if connection.features.has_select_for_update_of else ""
     names = {
         name: connection.ops.quote_name(model._meta.db_table)
         for name, model in (
@@ -305,6 +331,9 @@ def locks_sql() -> dict[str, str]:
             ("joined", JoinedTask),
         )
     }  # fmt: skip
+    ids = {name: sql.format(**names) for name, sql in IDS.items()}
+    locked = LOCKED["postgresql" if connection.vendor == "postgresql" else "sqlite"]
+    names.update({name: sql.format(**names, **ids) for name, sql in locked.items()})
     names.update(
         run_columns=rows.columns(Run, "r"),
         fleet_columns=rows.columns(Fleet, "f"),
@@ -315,8 +344,6 @@ def locks_sql() -> dict[str, str]:
         packet_columns=rows.columns(FailurePacket, "p"),
         joined_columns=rows.columns(JoinedTask, "j"),
         packet_columns_j=rows.columns(FailurePacket, "p"),
-        lock_r=lock.format("r"),
-        lock_t=lock.format("t"),
-        lock_e=lock.format("e"),
+        lock_e="FOR UPDATE OF e" if connection.features.has_select_for_update_of else "",
     )
     return {name: sql.format(**names) for name, sql in LOCKS.items()}

@@ -7,18 +7,23 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 
+from escalations.models import Escalation
+from escalations.services import escalation_answer
+from fleet import services
 from fleet.models import Fleet
 from runs.claims.hashing import payload_hash
-from runs.models import Attempt, Claim, Run, Task
+from runs.models import Attempt, Claim, Prerequisite, Run, Task
 from tests.conftest import Sender, make_sender, wsgi_headers
-from tests.plans import most_read
+from tests.plans import most_read, rows_read
 
 pytestmark = pytest.mark.postgres
 
 MOST = 10  # rows any one statement may read
+READS = ("SELECT", "WITH RECURSIVE")
 
 
 @pytest.fixture
@@ -74,10 +79,10 @@ def test_a_start_a_check_and_a_failed_finish(planner: Sender) -> None:
     assert Attempt.objects.get(task__key="t2501").outcome == "failed"
 
 
-def test_a_packet(planner: Sender) -> None:
-    assert start(planner, "t2502")[0].status_code == 202
+def packet_on(planner: Sender, task: str) -> tuple[Any, CaptureQueriesContext]:
+    assert start(planner, task)[0].status_code == 202
     packet = {
-        "task": "t2502",
+        "task": task,
         "tried": ["read the tier from customers", "read it from accounts"],
         "ruled_out": [{"hypothesis": "renamed column", "how": "listed every column"}],
         "evidence": [
@@ -89,7 +94,11 @@ def test_a_packet(planner: Sender) -> None:
         ],  # fmt: skip
         "smallest_unblocking_question": "Where does a customer's tier come from?",
     }
-    response, queries = event(planner, "packet.submitted", task="t2502", packet=packet)
+    return event(planner, "packet.submitted", task=task, packet=packet)
+
+
+def test_a_packet(planner: Sender) -> None:
+    response, queries = packet_on(planner, "t2502")
 
     assert response.status_code == 202, response.content
     assert response.json()["escalation"]
@@ -111,3 +120,43 @@ def test_a_batch_of_claims(planner: Sender) -> None:
     assert [r["status"] for r in response.json()["results"]] == [202, 202, 202]
     assert Claim.objects.filter(key__startswith="new-").count() == 3
     reads_its_own(queries)
+
+
+def test_an_answer(planner: Sender, fleet: Fleet, grown: Run) -> None:
+    """Its locks find the run and the tasks through the escalation, and its region (the task's
+    prerequisites, the work below it, its transaction group, their claims) is read by probes,
+    not among all the run's tasks and claims."""
+    tasks = {t.key: t for t in Task.objects.filter(run=grown, key__in=["t2501", "t2502",
+                                                                      "t2503", "t2504"])}  # fmt: skip
+    Prerequisite.objects.bulk_create([
+        Prerequisite(task=tasks["t2502"], requires=tasks["t2501"]),
+        Prerequisite(task=tasks["t2503"], requires=tasks["t2502"]),
+    ])  # fmt: skip
+    Task.objects.filter(pk__in=[tasks["t2502"].pk, tasks["t2504"].pk]).update(transaction="g1")
+    Task.objects.filter(pk=tasks["t2501"].pk).update(state=Task.State.SUCCEEDED)
+    response, _ = packet_on(planner, "t2502")
+    escalation = Escalation.objects.get(pk=response.json()["escalation"])
+    reviewer, _ = services.member_add(username="rita", fleet=fleet, role="reviewer")
+
+    with (
+        TestCase.captureOnCommitCallbacks(execute=False),
+        CaptureQueriesContext(connection) as queries,
+    ):
+        escalation_answer(escalation=escalation, reviewer=reviewer, text="From accounts.tier")
+
+    assert Task.objects.get(run__key="r1", key="t2502").state == Task.State.PENDING
+    read_region = [q["sql"] for q in queries.captured_queries if "region(id)" in q["sql"]]
+    assert len(read_region) == 1
+    with connection.cursor() as cursor:
+        cursor.execute(read_region[0])
+        kinds = {(kind, len(rows)) for kind, _, rows in cursor.fetchall()}
+    assert {("t", 4), ("p", 2), ("c", 5)} <= kinds, kinds  # k2501-k2504 and the answer's
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().startswith(READS)]
+    assert len(reads) == 5  # the four locks and the region (the one write already ran)
+    for sql in reads:
+        with transaction.atomic():
+            read = rows_read(sql)
+            transaction.set_rollback(True)
+        # The region is 4 tasks, 2 edges and 5 claims (14 rows in all, with the fleet's and the
+        # task's history), and the index entries of their rows' earlier versions.
+        assert read <= (30 if sql in read_region else MOST), f"{read} rows read by {sql[:900]}"
