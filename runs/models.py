@@ -288,6 +288,13 @@ class Blocker(models.Model):
             models.Index(
                 fields=["task"], condition=Q(cleared_at__isnull=True), name="open_blockers"
             ),
+            # What a capability or a barrier defers (the capabilities board, the first page):
+            # its open blockers, not every open blocker of every run.
+            models.Index(
+                fields=["code", "task"],
+                condition=Q(cleared_at__isnull=True),
+                name="open_blockers_by_code",
+            ),
         ]
 
 

@@ -24,7 +24,12 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
     )
     codes = [f"capability:{c.name}" for c in capabilities]
     deferring = (
-        Blocker.objects.filter(cleared_at__isnull=True, code__in=codes, task__state="pending")
+        Blocker.objects.filter(
+            cleared_at__isnull=True,
+            code__in=codes,
+            task__state="pending",
+            task__run__fleet_id__in={c.fleet_id for c in capabilities},
+        )
         .values("task__run__fleet_id", "code")
         .annotate(tasks=Count("task", distinct=True), runs=Count("task__run", distinct=True))
     )

@@ -5,6 +5,7 @@ from typing import Any
 
 from escalations.models import Escalation, JoinedTask
 from escalations.selectors.capabilities import capability_board
+from escalations.selectors.queue import COUNT_CAP
 from fleet.access import member_fleet_ids
 from runs.models import Run, Task
 
@@ -16,12 +17,20 @@ def waiting_summary(user: Any, *, now: datetime) -> dict[str, Any]:
         fleet_id__in=fleet_ids, status__in=Escalation.OPEN_STATES
     ).select_related("run", "task", "task__agent", "packet", "claimed_by")
     oldest = list(waiting.order_by("opened_at", "id")[:3])
-    joined = JoinedTask.objects.filter(left_at__isnull=True, escalation__in=waiting).count()
-    count = waiting.count()
+    # Counted up to the queue's cap, as the queue counts: past it, "1,000+" (counting 100,000
+    # waiting escalations read them all on every visit to this page).
+    count = waiting.values("id")[: COUNT_CAP + 1].count()
+    joined = (
+        JoinedTask.objects.filter(left_at__isnull=True, escalation__in=waiting)
+        .values("id")[: COUNT_CAP + 1]
+        .count()
+    )
     return {
         "waiting": count,
-        "tasks": count + joined,
+        "waiting_label": capped(count),
+        "tasks": capped(count + joined),
         "joined": joined,
+        "joined_label": capped(joined),
         "oldest": [
             {
                 "escalation": e,
@@ -44,3 +53,7 @@ def waiting_summary(user: Any, *, now: datetime) -> dict[str, Any]:
             "-finished_at", "-id"
         )[:5],
     }
+
+
+def capped(count: int) -> str:
+    return f"{COUNT_CAP:,}+" if count > COUNT_CAP else f"{count:,}"

@@ -5,14 +5,14 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from escalations.models import Escalation, JoinedTask
-from escalations.selectors.runs import run_detail, runs_of
+from escalations.selectors.runs import run_detail, runs_listed, runs_of
 from escalations.services import claim_check_by_hand, claim_raise, task_release_stop
 from fleet.access import reviews
 from fleet.errors import Refusal
@@ -40,16 +40,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         )
     except ValueError:
         before = ""  # no place, or a mangled one: the newest runs
-    rows = list(
-        found.order_by("-started_at", "-pk").annotate(
-            task_count=Count("tasks", distinct=True),
-            waiting=Count(
-                "escalations",
-                filter=Q(escalations__status__in=Escalation.OPEN_STATES),
-                distinct=True,
-            ),
-        )[: RUNS_PER_PAGE + 1]
-    )
+    rows = runs_listed(found, RUNS_PER_PAGE + 1)
     more = len(rows) > RUNS_PER_PAGE
     rows = rows[:RUNS_PER_PAGE]
     older = f"{rows[-1].started_at.isoformat()}_{rows[-1].pk}" if more and rows else ""

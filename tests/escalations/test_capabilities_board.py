@@ -217,3 +217,32 @@ def test_only_a_manager_changes_the_fleets_setting(client, bob, alice, fleet):
     assert client.post(url, {"on": "maybe"}).status_code == 422
     fleet.refresh_from_db()
     assert not fleet.unnamed_roles_stop
+
+
+@pytest.mark.postgres
+def test_what_a_capability_defers_is_read_from_its_own_blockers(client, bob, outage):
+    """3,000 other open blockers are not read to count the one task the forge defers, nor the
+    tasks a barrier stops."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from runs.models import Task
+    from tests.plans import rows_read
+
+    lint = Task.objects.get(key="lint")
+    Blocker.objects.bulk_create(
+        Blocker(task=lint, code=f"prerequisite:p{n}", set_at=timezone.now()) for n in range(3_000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_blocker")
+    client.force_login(bob)
+
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/capabilities/").content.decode()
+
+    assert "1 task in 1 run" in page
+    counted = [q["sql"] for q in queries.captured_queries if '"runs_blocker"' in q["sql"]]
+    assert len(counted) == 2  # what each capability defers; what unnamed roles stop
+    for sql in counted:
+        assert rows_read(sql) <= 10, sql

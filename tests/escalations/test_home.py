@@ -29,6 +29,20 @@ def test_it_says_what_waits_for_a_reviewer_and_why(client, loaded):
     assert hung_test_run.RUN in page and "./mvnw test" in page
 
 
+def test_it_counts_up_to_the_queues_cap(client, loaded, monkeypatch):
+    """Past the cap it says so ("2+"), as the queue does, instead of counting every escalation."""
+    from escalations.selectors import home
+
+    monkeypatch.setattr(home, "COUNT_CAP", 2)
+    user, _ = services.member_add(username="rita", fleet=demo.fleet_and_people(), role="reviewer")
+    client.force_login(user)
+    page = client.get("/").content.decode()
+
+    assert "2+ escalations wait for a reviewer" in page
+    assert "<strong>2+ tasks wait on their answers</strong>: 1 of them asked a question" in page
+    assert "(2+ in all, oldest first)" not in page  # three shown: no more to say
+
+
 def test_after_the_answers_nothing_waits(client, loaded):
     from escalations.models import Escalation
     from escalations.services import escalation_answer

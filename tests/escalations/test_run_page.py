@@ -169,3 +169,40 @@ def test_the_run_page_takes_as_many_statements_for_a_large_run_as_for_a_small_on
         counted[key] = len(queries)
     # Every table of the page is read in a fixed number of statements, not one per row.
     assert counted["large"] == counted["small"] <= 34, counted
+
+
+@pytest.mark.postgres
+def test_the_runs_list_counts_the_runs_it_shows_and_reads_no_other(desk, browser):
+    """Tasks and waiting escalations are counted for the 50 runs on the page only: an older run of
+    3,000 tasks, on no page yet, is not read to show them."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.models import Task
+    from tests.plans import rows_read
+
+    desk.escalate()
+    shown = Run.objects.get(key="tier-discounts")
+    agent = Task.objects.filter(run=shown).first().agent
+    older = shown.started_at - timedelta(days=1)
+    Run.objects.bulk_create(
+        Run(fleet=shown.fleet, key=f"r{n}", started_by=agent, started_at=older) for n in range(60)
+    )
+    big = Run.objects.get(key="r0")
+    Run.objects.filter(pk=big.pk).update(started_at=older - timedelta(days=1))
+    Task.objects.bulk_create(
+        Task(run=big, key=f"t{n}", agent=agent, position=n, created_at=older) for n in range(3_000)
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        page = browser.get("/runs/").content.decode()
+
+    row = page[page.index(">tier-discounts<") : page.index("</tr>", page.index(">tier-discounts<"))]
+    assert re.findall(r"<td>(\d+)</td>", row)[0] == str(Task.objects.filter(run=shown).count())
+    assert ">1</a>" in row  # the escalation waiting, linked to the queue
+    assert ">r0<" not in page  # the big run is older than the first page
+    (listed,) = [q["sql"] for q in queries.captured_queries if "ORDER BY" in q["sql"]
+                 and '"runs_run"."started_at" DESC' in q["sql"]]  # fmt: skip
+    assert rows_read(listed) <= 200, listed
