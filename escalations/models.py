@@ -137,6 +137,19 @@ class Escalation(models.Model):
                 condition=models.Q(status__in=["open", "claimed"]),
                 name="escalation_waiting_order",
             ),
+            # Every escalation whatever its status, in the queue's order (its "all" view).
+            models.Index(fields=["opened_at", "id"], name="escalation_order"),
+            # Waiting at the managers' tier (no pool left to move to): "my pools" for a manager.
+            models.Index(
+                fields=["fleet", "opened_at", "id"],
+                condition=models.Q(
+                    status__in=["open", "claimed"],
+                    pool__isnull=True,
+                    tier__gt=1,
+                    tier__gte=models.F("last_tier"),
+                ),
+                name="escalation_managers_tier",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -175,14 +175,18 @@ def assigned_to(user_id: int, assigned: str) -> Q:
     if assigned == "mine":
         return Q(assignee_id=user_id)
     if assigned == "pools":
+        # The pools and the managed fleets first, as lists: as two subqueries joined by OR,
+        # PostgreSQL filtered every waiting escalation through both, and a reviewer who sits
+        # in no pool had all of them read to find none.
         managed = Membership.objects.filter(user_id=user_id, role=Membership.Role.MANAGER)
-        seats = PoolMember.objects.filter(user_id=user_id).values("pool_id")
-        return Q(pool_id__in=seats) | Q(
-            pool__isnull=True,
-            tier__gt=1,
-            tier__gte=F("last_tier"),
-            fleet_id__in=managed.values("fleet_id"),
-        )
+        seats = list(PoolMember.objects.filter(user_id=user_id).values_list("pool_id", flat=True))
+        fleets = list(managed.values_list("fleet_id", flat=True))
+        mine = Q(pk__in=[])  # none, unless one of the two below
+        if seats:
+            mine |= Q(pool_id__in=seats)
+        if fleets:
+            mine |= Q(pool__isnull=True, tier__gt=1, tier__gte=F("last_tier"), fleet_id__in=fleets)
+        return mine
     if assigned == "unassigned":
         return Q(assignee__isnull=True)
     return Q()

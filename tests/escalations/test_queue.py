@@ -282,12 +282,16 @@ def test_pages_follow_the_keyset_forwards_and_back(desk, alice, monkeypatch):
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("sort", ["oldest", "newest"])
-def test_a_waiting_page_is_read_in_the_order_of_an_index_not_sorted(desk, sort):
-    """With sorting priced out of the plan, no page of the waiting queue needs one."""
+@pytest.mark.parametrize(
+    ("status", "index"), [("waiting", "escalation_waiting_order"), ("all", "escalation_order")]
+)
+def test_a_page_is_read_in_the_order_of_an_index_not_sorted(desk, sort, status, index):
+    """With sorting priced out of the plan, no page of the waiting queue, nor of every
+    escalation whatever its status, needs one."""
     rows = bulk_escalations(desk, 12)
     middle = queue.Cursor(rows[5].opened_at, rows[5].pk)
     for place in ({}, {"after": middle}, {"before": middle}):
-        query = queue.QueueQuery(sort=sort, agent="coder", **place)
+        query = queue.QueueQuery(sort=sort, agent="coder", status=status, **place)
         with CaptureQueriesContext(connection) as seen:
             queue.escalation_queue(fleet_ids=[desk.fleet.pk], query=query, now=timezone.now())
         [statement] = [q["sql"] for q in seen.captured_queries if "ORDER BY" in q["sql"]]
@@ -298,7 +302,7 @@ def test_a_waiting_page_is_read_in_the_order_of_an_index_not_sorted(desk, sort):
             plan = cursor.fetchone()[0][0]["Plan"]
         nodes = list(walk(plan))
         assert not [n for n in nodes if "Sort" in n["Node Type"]], (place, plan)
-        [scan] = [n for n in nodes if n.get("Index Name") == "escalation_waiting_order"]
+        [scan] = [n for n in nodes if n.get("Index Name") == index]
         if place:  # a later page starts the scan at its cursor, not at the first row
             assert "opened_at" in scan.get("Index Cond", ""), scan
 
@@ -432,3 +436,24 @@ def test_an_unknown_filter_value_is_shown_as_the_filter_that_empties_the_queue(d
     assert '<option value="warp" selected>warp (no such capability in your fleets)</option>' in page
     known = signed_in(alice).get("/escalations/?agent=coder").content.decode()
     assert "no such agent" not in known and "<option selected>coder</option>" in known
+
+
+@pytest.mark.postgres
+def test_a_managers_pools_are_read_from_the_index_of_the_managers_tier(desk):
+    """ "My pools" for a manager: the escalations waiting at the managers' tier come from their
+    own index, not from filtering every waiting escalation (sequential scans priced out)."""
+    manager = member("dana", desk.fleet, role="manager")
+    rows = bulk_escalations(desk, 12)
+    Escalation.objects.filter(pk=rows[3].pk).update(tier=2, last_tier=2)
+    query = queue.QueueQuery(assigned="pools")
+    with CaptureQueriesContext(connection) as seen:
+        page = queue.escalation_queue(
+            fleet_ids=[desk.fleet.pk], query=query, now=timezone.now(), user_id=manager.pk
+        )
+    assert [row["id"] for row in page.rows] == [rows[3].pk]
+    [statement] = [q["sql"] for q in seen.captured_queries if "ORDER BY" in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {statement}")
+        plan = cursor.fetchone()[0][0]["Plan"]
+    assert "escalation_managers_tier" in {n.get("Index Name") for n in walk(plan)}, plan

@@ -193,6 +193,27 @@ def test_the_queue_filters_mine_my_pools_and_unassigned(desk, people, client):
     assert ids("assigned=pools") == set()
 
 
+def test_my_pools_reads_no_escalation_for_a_reviewer_in_no_pool(desk, people, client):
+    """Nothing can be in her pools: no escalation is read to find that out."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    pool(desk.fleet, "planners", "alice")
+    route(desk.fleet, "planners", agent_role="planning")
+    desk.escalate()
+    client.force_login(people["carol"])
+
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/escalations/?assigned=pools")
+
+    assert page.status_code == 200
+    assert 'id="esc-' not in page.content.decode()
+    read = [
+        q["sql"] for q in queries.captured_queries if 'FROM "escalations_escalation"' in q["sql"]
+    ]
+    assert read == []
+
+
 def test_configuration_is_refused_saying_why(fleet, people):
     with pytest.raises(Refusal, match="mallory is not a reviewer of fleet acme"):
         pool(fleet, "p", "alice", "mallory")
