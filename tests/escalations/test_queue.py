@@ -457,3 +457,33 @@ def test_a_managers_pools_are_read_from_the_index_of_the_managers_tier(desk):
         cursor.execute(f"EXPLAIN (FORMAT JSON) {statement}")
         plan = cursor.fetchone()[0][0]["Plan"]
     assert "escalation_managers_tier" in {n.get("Index Name") for n in walk(plan)}, plan
+
+
+@pytest.mark.postgres
+def test_a_page_looks_its_rows_up_without_joining_nor_reading_other_tasks(desk):
+    """The rows name one table (what each shows of its task, run, fleet, packet and people is
+    looked up by key: nine tables joined took longer to plan than to run), and the agent's
+    filter asks each escalation's own task instead of reading every task to count them."""
+    from runs.models import Run, Task
+    from tests.plans import rows_read
+
+    rows = bulk_escalations(desk, 12)
+    run = Run.objects.get(key="tier-discounts")
+    Task.objects.bulk_create(
+        Task(run=run, key=f"other{n}", agent=desk.coder.agent, position=1000 + n,
+             created_at=timezone.now())
+        for n in range(3_000)
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_task")
+    query = queue.QueueQuery(agent="coder")
+    with CaptureQueriesContext(connection) as seen:
+        page = queue.escalation_queue(fleet_ids=[desk.fleet.pk], query=query, now=timezone.now())
+
+    assert [row["id"] for row in page.rows] == [e.pk for e in rows]
+    assert page.rows[0]["task__agent__name"] == "coder" and page.rows[0]["fleet__name"]
+    [listed] = [q["sql"] for q in seen.captured_queries if "ORDER BY" in q["sql"]]
+    assert 'FROM "escalations_escalation" WHERE' in listed, listed  # nothing joined to it
+    [counted] = [q["sql"] for q in seen.captured_queries
+                 if q["sql"].startswith('SELECT COUNT(*) FROM (SELECT "escalations_escalation"')]  # fmt: skip
+    assert rows_read(counted) <= 100, counted
