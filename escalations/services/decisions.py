@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from escalations.models import Escalation, FailurePacket
+from escalations.models import Escalation, FailurePacket, JoinedTask
 from escalations.services import joining
 from escalations.services.state import (
     NOTE_MAX_CHARS,
@@ -173,7 +173,11 @@ def close_for_failed_run(
     on new escalations, and its own tasks leave the escalations they joined."""
     ids = list(waiting.values_list("pk", flat=True))
     closed = close_all(waiting, reviewer, f"Closed: run {run.key} {why}", at, run)
-    for other in Escalation.objects.filter(pk__in=ids).select_related("task", "run"):
+    # Only those that tasks joined have anything to hand over (two look-ups each otherwise: a
+    # run of a hundred escalations took 200 statements to abort).
+    joined = JoinedTask.objects.filter(escalation_id__in=ids, left_at__isnull=True)
+    with_joins = Escalation.objects.filter(pk__in=joined.values("escalation_id"))
+    for other in with_joins.select_related("task", "run"):
         joining.hand_over(other, why=f"run {run.key} failed", at=at)
     joining.leave_run(run, why=f"run {run.key} {why}", at=at)
     return closed

@@ -4,7 +4,7 @@ actions (reroute, return, abort, re-check). Packet content is untrusted."""
 import re
 
 import pytest
-from django.test import Client
+from django.test import Client, TestCase
 
 from escalations.models import Escalation
 from fleet.models import Delivery
@@ -613,3 +613,27 @@ def test_an_abort_reason_too_long_is_refused_not_cut(desk, browser):
     escalation.refresh_from_db()
     assert escalation.status == "open"
     assert Run.objects.get(key="tier-discounts").state == "running"
+
+
+def aborted_with_others(desk, alice, run: str, others: int) -> int:
+    """The statements of an abort in a run where `others` more escalations wait."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from escalations.services import escalation_abort
+
+    tasks = [{"key": f"t{i}", "agent": "planner"} for i in range(others + 1)]
+    desk.run(run, tasks=tasks)
+    escalations = [desk.escalate(f"t{i}", run=run) for i in range(others + 1)]
+    with (
+        TestCase.captureOnCommitCallbacks(execute=False),
+        CaptureQueriesContext(connection) as queries,
+    ):
+        escalation_abort(escalation=escalations[0], reviewer=alice, reason="dropped")
+    closed = Escalation.objects.filter(run__key=run, status="closed").count()
+    assert closed == others + 1  # the run failed: the others closed too, saying why
+    return len(queries.captured_queries)
+
+
+def test_aborting_costs_the_same_statements_however_many_escalations_the_run_closes(desk, alice):
+    assert aborted_with_others(desk, alice, "two", 2) == aborted_with_others(desk, alice, "six", 6)
