@@ -158,9 +158,13 @@ def escalation_health(
     """Time to first look, to answer, from opening a packet to acting; early escalations against
     late disasters; escalated kept apart from failed."""
     rows = escalation_rows(fleet_ids, since=since)
-    tasks = Task.objects.filter(run__fleet_id__in=list(fleet_ids))
+    # The runs first, then their tasks by run (an index of tasks by run and state): joined to
+    # the runs, PostgreSQL read every task of the database to count one fleet's (0.2-0.4 s on
+    # each report with a million tasks).
+    in_window = Run.objects.filter(fleet_id__in=list(fleet_ids))
     if since is not None:
-        tasks = tasks.filter(run__started_at__gte=since)
+        in_window = in_window.filter(started_at__gte=since)
+    tasks = Task.objects.filter(run_id__in=list(in_window.values_list("id", flat=True)))
     states = dict(tasks.values_list("state").annotate(n=Count("id")).order_by())
     # Handed to a person: each escalation's own task, and each task that joined one (its
     # question was the same, and it waited on the same answer).

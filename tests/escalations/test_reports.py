@@ -318,3 +318,38 @@ def test_the_escalations_csv_says_how_a_closed_escalation_closed(client, fleet, 
 
     [row] = rows_of(signed_in(carol).get("/reports/escalations.csv"))
     assert (row["status"], row["outcome"]) == ("closed", "aborted")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_escalation_health_counts_its_fleets_tasks_not_the_databases(client, fleet, carol):
+    """Another fleet's run of 3,000 tasks is not read to count this fleet's failed tasks."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from escalations.selectors.reports import escalation_health
+    from runs.models import Run
+    from tests.plans import rows_read
+
+    desk = Desk(client, fleet)
+    desk.run()
+    Task.objects.filter(key="plan").update(state=Task.State.FAILED)
+    other = services.fleet_create(name="globex")
+    agent, _, _ = services.agent_create(fleet=other, name="coder", role="coding")
+    big = Run.objects.create(fleet=other, key="big", started_by=agent, started_at=timezone.now())
+    Task.objects.bulk_create(
+        Task(run=big, key=f"t{n}", agent=agent, position=n, created_at=timezone.now(),
+             state=Task.State.FAILED)
+        for n in range(3_000)
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_task, runs_run")
+
+    with CaptureQueriesContext(connection) as queries:
+        health = escalation_health([fleet.pk], since=None, runs=[])
+
+    assert health["failed_tasks"] == 1
+    [counted] = [
+        q["sql"] for q in queries.captured_queries if 'COUNT("runs_task"."id")' in q["sql"]
+    ]
+    assert rows_read(counted) <= 10, counted
