@@ -60,52 +60,71 @@ def one_run(run_id: int, key: str) -> str:
     return key  # within one run, a claim's or a task's key is its name
 
 
-def facts_for(
-    run: Run,
-) -> tuple[dict[str, rule.ClaimFact], dict[str, rule.TaskFact], list[rule.ClaimUse]]:
+Facts = tuple[dict[str, rule.ClaimFact], dict[str, rule.TaskFact], list[rule.ClaimUse]]
+
+
+def facts_for(run: Run) -> Facts:
     """The run's claims, tasks and claim uses as the pure rule's facts, in five queries."""
-    claims = Claim.objects.filter(run=run).select_related("task", "run").only(*CLAIM_FIELDS)
-    claim_rows = list(claims)
-    facts = claim_facts(claim_rows, checkable_claims(Claim.objects.filter(run=run)), one_run)
+    return facts_for_runs([run.pk])[run.pk]
+
+
+def facts_for_runs(run_ids: Sequence[int]) -> dict[int, Facts]:
+    """`facts_for` of each run, the runs read together: five queries, whatever their number."""
+    found: dict[int, Facts] = {run_id: ({}, {}, []) for run_id in run_ids}
+    claims = Claim.objects.filter(run_id__in=list(run_ids))
+    checkable = checkable_claims(claims)
+    by_run: dict[int, list[Claim]] = {}
+    for claim in claims.select_related("task", "run").only(*CLAIM_FIELDS):
+        by_run.setdefault(claim.run_id, []).append(claim)
+    for run_id, rows in by_run.items():
+        found[run_id][0].update(claim_facts(rows, checkable, one_run))
     edges: dict[int, list[str]] = {}
-    for task_id, key in Prerequisite.objects.filter(task__run=run).values_list(
+    for task_id, key in Prerequisite.objects.filter(task__run_id__in=list(run_ids)).values_list(
         "task_id", "requires__key"
     ):
         edges.setdefault(task_id, []).append(key)
-    tasks = {
-        row["key"]: rule.TaskFact(
+    for row in (
+        Task.objects.filter(run_id__in=list(run_ids))
+        .annotate(artifact_count=Count("artifacts"))
+        .values("pk", "run_id", "key", "agent__name", "started_at", "artifact_count")
+    ):
+        found[row["run_id"]][1][row["key"]] = rule.TaskFact(
             key=row["key"],
             agent=row["agent__name"],
             started_at=row["started_at"],
             prerequisites=tuple(edges.get(row["pk"], ())),
             artifacts=row["artifact_count"],
         )
-        for row in Task.objects.filter(run=run)
-        .annotate(artifact_count=Count("artifacts"))
-        .values("pk", "key", "agent__name", "started_at", "artifact_count")
-    }
-    uses = [
-        rule.ClaimUse(claim=claim, task=task, at=at)
-        for claim, task, at in ClaimUse.objects.filter(claim__run=run).values_list(
-            "claim__key", "task__key", "at"
-        )
-    ]
-    return facts, tasks, uses
+    for run_id, used, task, at in ClaimUse.objects.filter(
+        claim__run_id__in=list(run_ids)
+    ).values_list("claim__run_id", "claim__key", "task__key", "at"):
+        found[run_id][2].append(rule.ClaimUse(claim=used, task=task, at=at))
+    return found
 
 
 def radii_for(run: Run, *, now: datetime | None = None) -> dict[str, dict[str, Any]]:
     """Each claim's blast radius: agents, artifacts, minutes unchecked, tasks."""
-    claims, tasks, uses = facts_for(run)
-    radii = rule.blast_radii(claims=claims, tasks=tasks, uses=uses, now=now or timezone.now())
-    return {
-        key: {
-            "agents": radius.agents,
-            "artifacts": radius.artifacts,
-            "minutes": radius.minutes,
-            "tasks": list(radius.tasks),
+    return radii_for_runs([run.pk], now=now)[run.pk]
+
+
+def radii_for_runs(
+    run_ids: Sequence[int], *, now: datetime | None = None
+) -> dict[int, dict[str, dict[str, Any]]]:
+    """`radii_for` of each run, the runs read together (`facts_for_runs`)."""
+    now = now or timezone.now()
+    found = {}
+    for run_id, (claims, tasks, uses) in facts_for_runs(run_ids).items():
+        radii = rule.blast_radii(claims=claims, tasks=tasks, uses=uses, now=now)
+        found[run_id] = {
+            key: {
+                "agents": radius.agents,
+                "artifacts": radius.artifacts,
+                "minutes": radius.minutes,
+                "tasks": list(radius.tasks),
+            }
+            for key, radius in radii.items()
         }
-        for key, radius in radii.items()
-    }
+    return found
 
 
 def handoffs_for(run: Run, *, now: datetime | None = None) -> list[dict[str, Any]]:

@@ -353,3 +353,28 @@ def test_escalation_health_counts_its_fleets_tasks_not_the_databases(client, fle
         q["sql"] for q in queries.captured_queries if 'COUNT("runs_task"."id")' in q["sql"]
     ]
     assert rows_read(counted) <= 10, counted
+
+
+def reported_runs(desk: Desk, fleet, prefix: str, count: int) -> int:
+    """The statements of the report's runs table when the fleet has `count` runs with claims."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from escalations.selectors.reports import report_runs
+    from runs.models import Claim
+
+    for i in range(count):
+        desk.run(f"{prefix}{i}")
+        task = Task.objects.get(run__key=f"{prefix}{i}", key="plan")
+        Claim.objects.create(run=task.run, task=task, key="plan.tier", statement="s",
+                             posted_at=timezone.now(), posted_by="agent:planner")  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        rows = report_runs([fleet.pk], since=None, now=timezone.now())
+    assert len([r for r in rows if r["run"].key.startswith(prefix)]) == count
+    return len(queries.captured_queries)
+
+
+@pytest.mark.django_db
+def test_the_runs_table_costs_the_same_statements_however_many_runs(client, fleet):
+    desk = Desk(client, fleet)
+    assert reported_runs(desk, fleet, "a", 2) == reported_runs(desk, fleet, "b", 6)
