@@ -326,9 +326,8 @@ def large_database(args: argparse.Namespace) -> None:
 
     began = time.perf_counter()
     reviewer = bulk_queue(args.escalations)
-    before = answers(
-        reviewer, args.pages
-    )  # the anchor: the same answers, the large runs not yet in
+    # The anchor of the answer's row: the same answers, the large runs not yet stored.
+    before = answers(reviewer, args.pages)
 
     fleet = Fleet.objects.get(name="queue-0")
     agent = Agent.objects.get(fleet=fleet, name="planner")

@@ -4,8 +4,8 @@ from datetime import datetime
 from typing import Any
 
 from escalations.models import Escalation, JoinedTask
+from escalations.selectors import queue
 from escalations.selectors.capabilities import capability_board
-from escalations.selectors.queue import COUNT_CAP
 from fleet.access import member_fleet_ids
 from runs.models import Run, Task
 
@@ -19,18 +19,18 @@ def waiting_summary(user: Any, *, now: datetime) -> dict[str, Any]:
     oldest = list(waiting.order_by("opened_at", "id")[:3])
     # Counted up to the queue's cap, as the queue counts: past it, "1,000+" (counting 100,000
     # waiting escalations read them all on every visit to this page).
-    count = waiting.values("id")[: COUNT_CAP + 1].count()
+    count = waiting.values("id")[: queue.COUNT_CAP + 1].count()
     joined = (
         JoinedTask.objects.filter(left_at__isnull=True, escalation__in=waiting)
-        .values("id")[: COUNT_CAP + 1]
+        .values("id")[: queue.COUNT_CAP + 1]
         .count()
     )
     return {
         "waiting": count,
-        "waiting_label": capped(count),
-        "tasks": capped(count + joined),
+        "waiting_label": queue.capped(count),
+        "tasks": queue.capped(count + joined),
         "joined": joined,
-        "joined_label": capped(joined),
+        "joined_label": queue.capped(joined),
         "oldest": [
             {
                 "escalation": e,
@@ -53,7 +53,3 @@ def waiting_summary(user: Any, *, now: datetime) -> dict[str, Any]:
             "-finished_at", "-id"
         )[:5],
     }
-
-
-def capped(count: int) -> str:
-    return f"{COUNT_CAP:,}+" if count > COUNT_CAP else f"{count:,}"

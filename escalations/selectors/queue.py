@@ -30,6 +30,13 @@ from runs.models import Task
 
 PAGE_SIZE = 50
 COUNT_CAP = 1000  # "1,000+ waiting": counting past it costs more than it tells a reviewer
+
+
+def capped(count: int) -> str:
+    """A count as shown: past the cap, "1,000+"."""
+    return f"{COUNT_CAP:,}+" if count > COUNT_CAP else f"{count:,}"
+
+
 QUEUE_STATUSES = {
     "waiting": "Waiting (open or claimed)",
     "open": "Open (nobody on it)",
@@ -129,7 +136,7 @@ class QueuePage:
 
     @property
     def waiting_label(self) -> str:
-        return f"{COUNT_CAP:,}+" if self.waiting > COUNT_CAP else f"{self.waiting:,}"
+        return capped(self.waiting)
 
     @property
     def tasks_label(self) -> str:
@@ -253,14 +260,15 @@ def filtered_escalations(
         joined = JoinedTask.objects.filter(
             escalation=OuterRef("pk"), left_at__isnull=True, task__agent__name=query.agent
         )
-        named = Agent.objects.filter(name=query.agent).values("id")
+        agents = Agent.objects.filter(name=query.agent).values("id")
         its_agent = Subquery(its_task.values("agent_id")[:1])
-        found = found.alias(its_agent=its_agent).filter(Q(its_agent__in=named) | Exists(joined))
+        found = found.alias(its_agent=its_agent).filter(Q(its_agent__in=agents) | Exists(joined))
     if query.capability:
-        its = Subquery(its_task.values("capabilities")[:1], output_field=JSONField())
-        found = found.alias(its_capabilities=its)
         if connection.vendor == "postgresql":
-            found = found.filter(its_capabilities__contains=[query.capability])  # type: ignore[misc]
+            its = Subquery(its_task.values("capabilities")[:1], output_field=JSONField())
+            found = found.alias(its_capabilities=its).filter(
+                its_capabilities__contains=[query.capability]  # type: ignore[misc]
+            )
         else:  # SQLite has no JSON containment: match the quoted name in the stored list
             found = found.filter(task__capabilities__icontains=json.dumps(query.capability))
     return found

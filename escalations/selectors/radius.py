@@ -70,8 +70,9 @@ def facts_for(run: Run) -> Facts:
 
 def facts_for_runs(run_ids: Sequence[int]) -> dict[int, Facts]:
     """`facts_for` of each run, the runs read together: five queries, whatever their number."""
-    found: dict[int, Facts] = {run_id: ({}, {}, []) for run_id in run_ids}
-    claims = Claim.objects.filter(run_id__in=list(run_ids))
+    ids = list(run_ids)
+    found: dict[int, Facts] = {run_id: ({}, {}, []) for run_id in ids}
+    claims = Claim.objects.filter(run_id__in=ids)
     checkable = checkable_claims(claims)
     by_run: dict[int, list[Claim]] = {}
     for claim in claims.select_related("task", "run").only(*CLAIM_FIELDS):
@@ -79,12 +80,12 @@ def facts_for_runs(run_ids: Sequence[int]) -> dict[int, Facts]:
     for run_id, rows in by_run.items():
         found[run_id][0].update(claim_facts(rows, checkable, one_run))
     edges: dict[int, list[str]] = {}
-    for task_id, key in Prerequisite.objects.filter(task__run_id__in=list(run_ids)).values_list(
+    for task_id, key in Prerequisite.objects.filter(task__run_id__in=ids).values_list(
         "task_id", "requires__key"
     ):
         edges.setdefault(task_id, []).append(key)
     for row in (
-        Task.objects.filter(run_id__in=list(run_ids))
+        Task.objects.filter(run_id__in=ids)
         .annotate(artifact_count=Count("artifacts"))
         .values("pk", "run_id", "key", "agent__name", "started_at", "artifact_count")
     ):
@@ -95,9 +96,9 @@ def facts_for_runs(run_ids: Sequence[int]) -> dict[int, Facts]:
             prerequisites=tuple(edges.get(row["pk"], ())),
             artifacts=row["artifact_count"],
         )
-    for run_id, used, task, at in ClaimUse.objects.filter(
-        claim__run_id__in=list(run_ids)
-    ).values_list("claim__run_id", "claim__key", "task__key", "at"):
+    for run_id, used, task, at in ClaimUse.objects.filter(claim__run_id__in=ids).values_list(
+        "claim__run_id", "claim__key", "task__key", "at"
+    ):
         found[run_id][2].append(rule.ClaimUse(claim=used, task=task, at=at))
     return found
 

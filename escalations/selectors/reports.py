@@ -13,7 +13,7 @@ from escalations.routing import overdue
 from escalations.selectors.radius import REVIEWER, radii_for_runs
 from runs.models import Artifact, Attempt, Claim, Run, Task
 
-REPORT_RUNS = 200  # the latest runs in the window; the blast radius of each costs five queries
+REPORT_RUNS = 200  # the latest runs in the window
 
 
 def report_runs(
@@ -72,7 +72,7 @@ def report_runs(
                 "fleet": run.fleet.name,
                 **reports.run_summary(radii, statuses[run.pk]),
                 "late_disasters": late,
-                "late_claims": late_claims(run, late, radii) if late else [],
+                "late_claims": late_claims(run, late, radii),
             }
         )
     return rows

@@ -31,9 +31,9 @@ def test_it_says_what_waits_for_a_reviewer_and_why(client, loaded):
 
 def test_it_counts_up_to_the_queues_cap(client, loaded, monkeypatch):
     """Past the cap it says so ("2+"), as the queue does, instead of counting every escalation."""
-    from escalations.selectors import home
+    from escalations.selectors import queue
 
-    monkeypatch.setattr(home, "COUNT_CAP", 2)
+    monkeypatch.setattr(queue, "COUNT_CAP", 2)
     user, _ = services.member_add(username="rita", fleet=demo.fleet_and_people(), role="reviewer")
     client.force_login(user)
     page = client.get("/").content.decode()
