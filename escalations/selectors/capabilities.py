@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 
 from fleet.access import managed_fleet_ids, member_fleets
-from fleet.models import Capability
+from fleet.models import Capability, Fleet
 from runs.frontier import ROLES
 from runs.models import Blocker, FrontierChange
 from runs.start_gate import either
@@ -37,10 +37,13 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
         (row["task__run__fleet_id"], row["code"]): dict(row) for row in deferring
     }
     managed = set(managed_fleet_ids(user))
+    # Whether each fleet has a change waiting, found by its first one: the worker falling
+    # behind leaves thousands, and listing them all to name a fleet or two read every one.
     settling = set(
-        FrontierChange.objects.filter(
-            run__fleet_id__in={c.fleet_id for c in capabilities}
-        ).values_list("run__fleet_id", flat=True)
+        Fleet.objects.filter(
+            Exists(FrontierChange.objects.filter(run__fleet_id=OuterRef("pk"))),
+            pk__in={c.fleet_id for c in capabilities},
+        ).values_list("pk", flat=True)
     )
     rows = []
     for capability in capabilities:

@@ -133,6 +133,29 @@ def test_while_the_work_is_re_evaluated_the_board_says_so_and_polls_itself(clien
     assert "1 task in 1 run" in page
 
 
+@pytest.mark.postgres
+def test_a_worker_far_behind_is_found_by_one_change_not_by_reading_them_all(client, bob, outage):
+    """3,000 changes waiting for the worker: the board reads one to say it is re-evaluating."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.models import FrontierChange, Run
+    from tests.plans import rows_read
+
+    run = Run.objects.get(key="r1")
+    FrontierChange.objects.bulk_create(FrontierChange(run=run, keys=[]) for _ in range(3_000))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_frontierchange")
+    client.force_login(bob)
+
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/capabilities/").content.decode()
+
+    assert "re-evaluating" in page
+    (asked,) = [q["sql"] for q in queries.captured_queries if '"runs_frontierchange"' in q["sql"]]
+    assert rows_read(asked) <= 10, asked
+
+
 # Uncertainty: what nobody reported, and roles nobody named.
 
 
