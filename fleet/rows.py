@@ -4,7 +4,8 @@ For a statement the ORM would spend longer compiling than the database running i
 on every answer, say): `columns` names a model's columns in a SELECT, `instance` turns that
 slice of a row back into the model, with the same converters the ORM applies (JSON, and on
 SQLite dates, decimals and booleans). `add` writes one new instance, `insert` hundreds at once (a
-batch's events and claims), on PostgreSQL with COPY.
+batch's events and claims), on PostgreSQL with COPY; `copy` thousands of rows from plain values,
+their keys left to the table.
 """
 
 import json
@@ -161,6 +162,49 @@ def insert(objs: Sequence[Model], alias: str = "default") -> None:
     for obj in objs:
         obj._state.adding = False
         obj._state.db = alias
+
+
+def copy(
+    model: type[Model],
+    names: Sequence[str],
+    values: Sequence[Sequence[Any]],
+    alias: str = "default",
+) -> None:
+    """Store new rows of `model` from plain values of the fields `names` (attnames), in that
+    order; the rest of each row, its key included, as the table's defaults give it.
+
+    For thousands of rows whose keys nobody reads back (the blockers a capability going down
+    sets): on PostgreSQL one COPY, with no instance built and no key drawn first. Elsewhere
+    (and for a model the ORM must fill as it saves), `bulk_create`."""
+    attnames = {str(field.attname): field for field in model._meta.concrete_fields}
+    unknown = [name for name in names if name not in attnames]
+    if unknown:
+        raise ValueError(f"{model.__name__} has no column named {', '.join(unknown)} (attnames)")
+    if not values:
+        return
+    connection = connections[alias]
+    if connection.vendor != "postgresql" or _needs_the_orm(model):
+        model._default_manager.using(alias).bulk_create(
+            [model(**dict(zip(names, row, strict=True))) for row in values]
+        )
+        return
+    fields = [attnames[name] for name in names]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    dumps = [_dumper(field) for field in fields]
+    table = quote(str(model._meta.db_table))
+    with (
+        connection.wrap_database_errors,
+        connection.cursor() as cursor,
+        cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as out,
+    ):
+        for row in values:
+            out.write_row(
+                [
+                    value if dump is None or value is None else dump(value)
+                    for dump, value in zip(dumps, row, strict=True)
+                ]
+            )
 
 
 def _needs_the_orm(model: type[Model]) -> bool:

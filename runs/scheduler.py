@@ -5,6 +5,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
@@ -371,14 +372,14 @@ def write(
         return
     now = timezone.now()
     if meta is None:
-        rows = Task.objects.filter(run=run, key__in=list(updates)).values_list(
+        found = Task.objects.filter(run=run, key__in=list(updates)).values_list(
             "pk", "key", "ready", "agent__name", "refresh"
         )
-        meta = {key: (pk, ready, agent, refresh) for pk, key, ready, agent, refresh in rows}
+        meta = {key: (pk, ready, agent, refresh) for pk, key, ready, agent, refresh in found}
     if previous is None:
         previous = open_blockers(run)
     to_clear: dict[str, list[int]] = {}
-    to_add: list[Blocker] = []
+    to_add: list[tuple[int, str, datetime]] = []  # task_id, code, set_at
     became_ready: list[int] = []
     became_deferred: list[int] = []
     notifies = bool(run.fleet.callback_url) and run.fleet.callback_disabled_at is None
@@ -388,9 +389,7 @@ def write(
         for code in current:
             if code not in blockers:
                 to_clear.setdefault(code, []).append(pk)
-        to_add += [
-            Blocker(task_id=pk, code=code, set_at=now) for code in blockers if code not in current
-        ]
+        to_add += [(pk, code, now) for code in blockers if code not in current]
         if not blockers and not ready:
             became_ready.append(pk)
         elif blockers and ready:
@@ -417,8 +416,8 @@ def write(
         Blocker.objects.filter(task_id__in=ids, code=code, cleared_at__isnull=True).update(
             cleared_at=now
         )
-    if to_add:
-        Blocker.objects.bulk_create(to_add, batch_size=5000)
+    # A capability going down sets thousands at once: their rows alone, with COPY.
+    rows.copy(Blocker, ("task_id", "code", "set_at"), to_add)
     if became_ready:
         Task.objects.filter(pk__in=became_ready).update(ready=True)
     if became_deferred:

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fleet import rows, services
 from fleet.models import Agent, Event, Fleet
-from runs.models import Claim, Evidence, FrontierChange, Run, Task
+from runs.models import Blocker, Claim, Evidence, FrontierChange, Run, Task
 
 
 def read(sql: str, *params: object) -> tuple:
@@ -136,6 +136,50 @@ def test_hundreds_of_instances_are_two_statements_on_postgresql(fleet: Fleet) ->
         e.response["n"] for e in Event.objects.filter(pk__in=[e.pk for e in events]).order_by("pk")
     ] == sorted(range(300), key=lambda n: events[n].pk)
     assert Event.objects.get(webhook_id="msg_7").data == {"n": 7}
+
+
+def test_rows_copied_from_values_are_stored_as_the_orm_stores_them(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+    run = Run.objects.create(fleet=fleet, key="r1", started_by=agent, started_at=now)
+    task = Task.objects.create(run=run, key="t1", agent=agent, position=0, created_at=now)
+    codes = [f"capability:c{n}" for n in range(3)]
+
+    rows.copy(Blocker, ("task_id", "code", "set_at"), [(task.pk, code, now) for code in codes])
+    Blocker.objects.bulk_create(
+        Blocker(task=task, code=f"orm:{code}", set_at=now) for code in codes
+    )
+
+    ours = Blocker.objects.exclude(code__startswith="orm:").order_by("pk")
+    theirs = Blocker.objects.filter(code__startswith="orm:").order_by("pk")
+    assert len({b.pk for b in ours}) == 3  # keys the table gave
+    assert [(b.task_id, b.code, b.set_at, b.cleared_at) for b in ours] == [
+        (b.task_id, b.code.removeprefix("orm:"), b.set_at, b.cleared_at) for b in theirs
+    ]
+    assert [b.cleared_at for b in ours] == [None] * 3  # the table's default
+
+
+@pytest.mark.postgres
+def test_thousands_of_rows_copied_are_one_statement_on_postgresql(fleet: Fleet) -> None:
+    agent, _, _ = services.agent_create(fleet=fleet, name="coder", role="coding")
+    now = timezone.now()
+    run = Run.objects.create(fleet=fleet, key="r1", started_by=agent, started_at=now)
+    task = Task.objects.create(run=run, key="t1", agent=agent, position=0, created_at=now)
+    values = [(task.pk, f"prerequisite:p{n}", now) for n in range(2_000)]
+
+    with CaptureQueriesContext(connection) as queries:
+        rows.copy(Blocker, ("task_id", "code", "set_at"), values)
+
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["COPY"]
+    assert Blocker.objects.filter(task=task).count() == 2_000
+
+
+def test_a_copy_naming_a_relation_not_its_column_is_refused_and_writes_nothing(
+    fleet: Fleet,
+) -> None:
+    with pytest.raises(ValueError, match=r"Blocker has no column named task, when \(attnames\)"):
+        rows.copy(Blocker, ("task", "code", "when"), [(1, "capability:c", timezone.now())])
+    assert not Blocker.objects.exists()
 
 
 def test_a_key_taken_is_djangos_integrity_error_and_writes_nothing(fleet: Fleet) -> None:
