@@ -5,7 +5,7 @@
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -91,7 +91,16 @@ def _iso_text(value: object) -> object:
     return value
 
 
-Timestamp = Annotated[datetime, BeforeValidator(_iso_text)]
+def _in_utc(value: datetime) -> datetime:
+    """The instant in UTC (no offset: UTC): an offset of 16 hours or more is valid ISO 8601 but
+    beyond what PostgreSQL stores, and the instant is what the event says."""
+    try:
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    except OverflowError:
+        raise ValueError("is outside the years 1 to 9999 once converted to UTC") from None
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_iso_text), AfterValidator(_in_utc)]
 Hash = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 PayloadHash = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 

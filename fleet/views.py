@@ -77,7 +77,13 @@ def signed_post(
         )
         response["Allow"] = "POST"
         return response
-    body = request.read(limit + 1)  # never buffer more than the limit
+    body = body_of(request, limit + 1)  # never buffer more than the limit
+    if body is None:
+        msg = (
+            "a chunked body (Transfer-Encoding: chunked, no Content-Length) cannot be read by "
+            "this server: send the body with a Content-Length"
+        )
+        return JsonResponse(errors_body([error("content-length", msg)]), status=411)
     try:
         reply = receive(
             agent_id=agent_id,
@@ -94,6 +100,18 @@ def signed_post(
     for name, value in reply.headers.items():
         response[name] = value
     return response
+
+
+def body_of(request: HttpRequest, most: int) -> bytes | None:
+    """At most `most` bytes of the request's body. A chunked body has no Content-Length, so
+    Django reads none of it: it is read from the server's input where the server ends that input
+    itself (`wsgi.input_terminated`, as gunicorn does); None where it does not."""
+    chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    if not chunked or request.META.get("CONTENT_LENGTH"):
+        return request.read(most)
+    if request.META.get("wsgi.input_terminated"):
+        return bytes(request.META["wsgi.input"].read(most))
+    return None
 
 
 @csrf_exempt

@@ -160,6 +160,8 @@ ERROR_STATUSES = {
     'task.started refused: `{"loc": "blockers", "msg": "claim:plan.customer-tier"}` for '
     "each blocker, with the reasons beside them, and the blockers again as a list: "
     '`"blockers": ["claim:plan.customer-tier"]`.',
+    "411": "A chunked body (no Content-Length) behind a server that cannot say where it ends: "
+    "send it with a Content-Length.",
     "413": "A body over 1 MiB (a packet over 64 KiB).",
     "415": "A content type other than application/json.",
     "422": "A schema or reference error: every bad field is named in `loc`.",

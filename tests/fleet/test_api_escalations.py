@@ -80,7 +80,19 @@ def test_the_openapi_document_describes_the_webhook_its_events_and_the_notificat
         assert data["examples"] and data["additionalProperties"] is False, kind
     assert set(schemas["TaskStartedData"]["required"]) == {"run", "task", "attempt"}
     responses = events["responses"]
-    assert set(responses) == {"202", "400", "401", "403", "409", "413", "415", "422", "429", "503"}
+    assert set(responses) == {
+        "202",
+        "400",
+        "401",
+        "403",
+        "409",
+        "411",
+        "413",
+        "415",
+        "422",
+        "429",
+        "503",
+    }
     for status, answer in responses.items():
         ref = answer["content"]["application/json"]["schema"]["$ref"]
         assert ref.endswith("/Accepted" if status == "202" else "/Errors"), status

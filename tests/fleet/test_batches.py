@@ -99,6 +99,16 @@ def test_a_bad_event_among_good_ones_is_refused_alone(started):
     assert sorted(Claim.objects.values_list("key", flat=True)) == ["k1", "k3"]
 
 
+def test_an_offset_postgresql_cannot_store_is_one_events_matter_not_the_batchs(started):
+    far = {**claim("k2"), "timestamp": "2026-12-02T12:00:00+16:00"}
+    beyond = {**claim("k3"), "timestamp": "9999-12-31T23:59:59.999999-23:59"}
+    results = post_batch(started, [claim("k1"), far, beyond, claim("k4")]).json()["results"]
+    assert [r["status"] for r in results] == [202, 202, 422, 202]
+    assert "outside the years 1 to 9999" in results[2]["body"]["errors"][0]["msg"]
+    assert results[2]["body"]["errors"][0]["loc"].endswith("timestamp")
+    assert sorted(Claim.objects.values_list("key", flat=True)) == ["k1", "k2", "k4"]
+
+
 def test_an_event_refused_after_writing_leaves_nothing_behind(started):
     # The second finish of the same attempt is a 409 from inside the service.
     finish = {"run": "r1", "task": "a", "outcome": "succeeded"}

@@ -1,7 +1,9 @@
 """The signed webhook intake: every row of DESIGN section 3's responses table."""
 
+import io
 import json
 import time
+from typing import Any
 
 import pytest
 from django.test import TestCase
@@ -713,6 +715,43 @@ def test_a_timestamp_that_is_not_an_iso_8601_string_is_422_naming_it(planner, st
 
 
 @pytest.mark.parametrize(
+    ("stamp", "utc"),
+    [
+        ("2026-12-02T12:00:00+16:00", "2026-12-01T20:00:00+00:00"),
+        ("2026-12-02T12:00:00-23:59", "2026-12-03T11:59:00+00:00"),
+        ("2026-12-02T12:00:00+15:59", "2026-12-01T20:01:00+00:00"),
+    ],
+)
+def test_a_timestamp_with_any_offset_iso_8601_allows_is_stored_as_its_instant(
+    planner, coder, stamp, utc
+):
+    # PostgreSQL stores offsets up to 15:59; ISO 8601 allows 23:59: a careless agent's clock.
+    envelope = {
+        "type": "run.started",
+        "timestamp": stamp,
+        "data": {"run": "r1", "tasks": [task("a")]},
+    }
+    body = json.dumps(envelope).encode()
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 202, response.content
+    assert Event.objects.get().occurred_at.isoformat() == utc
+
+
+@pytest.mark.parametrize("stamp", ["9999-12-31T23:59:59.999999-23:59", "0001-01-01T00:00:00+23:59"])
+def test_a_timestamp_outside_the_years_utc_can_hold_is_422_naming_it(planner, coder, stamp):
+    envelope = {
+        "type": "run.started",
+        "timestamp": stamp,
+        "data": {"run": "r1", "tasks": [task("a")]},
+    }
+    body = json.dumps(envelope).encode()
+    response = planner.post_raw(body, planner.headers(body))
+    assert response.status_code == 422
+    assert "outside the years 1 to 9999 once converted to UTC" in errors_of(response)["timestamp"]
+    assert not Run.objects.exists() and not Event.objects.exists()
+
+
+@pytest.mark.parametrize(
     ("data", "loc"),
     [
         ({"run": "r1", "title": "t" * 301, "tasks": [task("a")]}, "data.title"),
@@ -958,3 +997,47 @@ def test_a_live_events_time_is_when_the_server_received_it_not_the_agents_stamp(
     assert before <= started <= timezone.now()
     event = Event.objects.get(type="task.started")
     assert (event.occurred_at.year, event.received_at) == (2020, started)
+
+
+def chunked(sender: Sender, body: bytes, *, terminated: bool) -> Any:
+    """The body sent as a client streaming it would: Transfer-Encoding chunked, no Content-Length
+    (the server, gunicorn, hands the app the unchunked bytes and says it ends the input)."""
+    environ = {
+        **wsgi_headers(sender.headers(body)),
+        "CONTENT_TYPE": "application/json",
+        "HTTP_TRANSFER_ENCODING": "chunked",
+        "wsgi.input": io.BytesIO(body),
+    }
+    if terminated:
+        environ["wsgi.input_terminated"] = True
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return sender.client.generic("POST", sender.path, b"", **environ)
+
+
+def test_a_chunked_body_the_server_ends_is_read_and_applied(planner, coder):
+    body = json.dumps(
+        {"type": "run.started", "timestamp": "2026-12-02T10:00:00Z",
+         "data": {"run": "r1", "tasks": [task("a")]}}
+    ).encode()  # fmt: skip
+    response = chunked(planner, body, terminated=True)
+    assert response.status_code == 202, response.content
+    assert Run.objects.get().key == "r1"
+
+
+def test_a_chunked_body_a_server_cannot_end_is_411_not_an_authentication_failure(planner, coder):
+    body = json.dumps(
+        {"type": "run.started", "timestamp": "2026-12-02T10:00:00Z",
+         "data": {"run": "r1", "tasks": [task("a")]}}
+    ).encode()  # fmt: skip
+    response = chunked(planner, body, terminated=False)
+    assert response.status_code == 411
+    assert response.json() == {
+        "errors": [
+            {
+                "loc": "content-length",
+                "msg": "a chunked body (Transfer-Encoding: chunked, no Content-Length) cannot be "
+                "read by this server: send the body with a Content-Length",
+            }
+        ]
+    }
+    assert not Run.objects.exists() and not Event.objects.exists()

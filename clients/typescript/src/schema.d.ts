@@ -3238,6 +3238,15 @@ export interface operations {
                     "application/json": components["schemas"]["Errors"];
                 };
             };
+            /** @description A chunked body (no Content-Length) behind a server that cannot say where it ends: send it with a Content-Length. */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
             /** @description A body over 1 MiB (a packet over 64 KiB). */
             413: {
                 headers: {
@@ -3346,6 +3355,15 @@ export interface operations {
             };
             /** @description The same webhook-id with a different body; a run declared again with other tasks; a task.started refused: `{"loc": "blockers", "msg": "claim:plan.customer-tier"}` for each blocker, with the reasons beside them, and the blockers again as a list: `"blockers": ["claim:plan.customer-tier"]`. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
+            /** @description A chunked body (no Content-Length) behind a server that cannot say where it ends: send it with a Content-Length. */
+            411: {
                 headers: {
                     [name: string]: unknown;
                 };
