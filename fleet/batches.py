@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import DataError, IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from fleet import dispatch, rows
@@ -157,8 +157,9 @@ def apply_batch(agent: Agent, items: Sequence[Item]) -> list[dict[str, Any]]:
     try:
         with transaction.atomic(), scheduler.batched():
             return _apply_in_bulk(agent, items)
-    except IntegrityError:
-        # A concurrent request applied one of these ids (or created the same row) first.
+    except (IntegrityError, DataError):
+        # A concurrent request applied one of these ids (or created the same row) first, or
+        # one event holds a value the database will not store: each on its own, its own result.
         return [result(item, one_by_one(agent, item)) for item in items]
     except OperationalError as exc:
         if not rolled_back(exc):

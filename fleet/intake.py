@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.redis import RedisCache
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import DataError, IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from fleet import keyring, rows, signing
@@ -245,12 +245,21 @@ def apply(
             if used is not None:
                 return used
             # A concurrent event created the same row first (a run, a claim): apply again.
+        except DataError as exc:
+            # A value the database will not store that the checks before let through: the
+            # sender's to fix, nothing of it written (never a 500).
+            return Reply(422, errors_body([error("body", unstorable(exc))]))
         except OperationalError as exc:
             if not rolled_back(exc) or attempt == 2:
                 raise
             # PostgreSQL chose this transaction to break a deadlock with a concurrent event
             # (two agents joining one escalation at once): nothing of it was written; again.
     return Reply(409, errors_body([error("body", "conflicts with a concurrent event; retry")]))
+
+
+def unstorable(exc: DataError) -> str:
+    said = str(exc.__cause__ or exc).strip().splitlines()
+    return f"holds a value the database cannot store: {said[0] if said else 'no reason given'}"
 
 
 def rolled_back(exc: OperationalError) -> bool:

@@ -109,6 +109,24 @@ def test_an_offset_postgresql_cannot_store_is_one_events_matter_not_the_batchs(s
     assert sorted(Claim.objects.values_list("key", flat=True)) == ["k1", "k2", "k4"]
 
 
+def test_a_value_the_database_will_not_store_is_that_events_422_alone(started, monkeypatch):
+    from django.db import DataError
+
+    from fleet import dispatch
+
+    def refused(context, data):
+        raise DataError("numeric field overflow")
+
+    monkeypatch.setitem(dispatch.HANDLERS, "capability.changed", refused)
+    change = {"capability": "forge", "status": "down", "reason": "r"}
+    events = [claim("k1"), event("capability.changed", change), claim("k2")]
+    results = post_batch(started, events).json()["results"]
+    assert [r["status"] for r in results] == [202, 422, 202]
+    assert results[1]["body"]["errors"][0]["msg"].endswith("numeric field overflow")
+    assert sorted(Claim.objects.values_list("key", flat=True)) == ["k1", "k2"]
+    assert not Event.objects.filter(webhook_id=events[1]["id"]).exists()
+
+
 def test_an_event_refused_after_writing_leaves_nothing_behind(started):
     # The second finish of the same attempt is a 409 from inside the service.
     finish = {"run": "r1", "task": "a", "outcome": "succeeded"}

@@ -1041,3 +1041,35 @@ def test_a_chunked_body_a_server_cannot_end_is_411_not_an_authentication_failure
         ]
     }
     assert not Run.objects.exists() and not Event.objects.exists()
+
+
+def test_a_value_the_database_will_not_store_is_422_and_writes_nothing(planner, coder, monkeypatch):
+    """Whatever the checks before let through, a value the database refuses (DataError) is the
+    sender's to fix: a 422 saying what the database said, not a 500."""
+    from django.db import DataError
+
+    from fleet import dispatch
+
+    def refused(context, data):
+        Run.objects.create(
+            fleet_id=context.sender.fleet_id,
+            key="half",
+            started_by=context.sender,
+            started_at=context.at,
+        )
+        raise DataError("numeric field overflow")
+
+    monkeypatch.setitem(dispatch.HANDLERS, "capability.changed", refused)
+    response = planner.post(
+        "capability.changed", {"capability": "forge", "status": "down", "reason": "r"}
+    )
+    assert response.status_code == 422
+    assert response.json() == {
+        "errors": [
+            {
+                "loc": "body",
+                "msg": "holds a value the database cannot store: numeric field overflow",
+            }
+        ]
+    }
+    assert not Run.objects.exists() and not Event.objects.exists()
