@@ -48,6 +48,7 @@ class DatabaseUnavailableMiddleware:
 
 
 MACHINE_FACING = ("/api/", "/hooks/")
+READ_API = "/api/"  # GET (and HEAD) only: agents write through the signed webhook
 
 
 class MethodNotAllowedMiddleware:
@@ -58,6 +59,8 @@ class MethodNotAllowedMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method == "HEAD" and request.path.startswith(READ_API):
+            return self.head(request)
         response = self.get_response(request)
         if (
             response.status_code == 405
@@ -73,4 +76,16 @@ class MethodNotAllowedMiddleware:
             )
             json["Allow"] = allowed
             return json
+        return response
+
+    def head(self, request: HttpRequest) -> HttpResponse:
+        """HEAD on the read API: the GET's status and headers, its Content-Length included,
+        without its body (every HTTP server must take HEAD where it takes GET)."""
+        request.method = "GET"
+        try:
+            response = self.get_response(request)
+        finally:
+            request.method = "HEAD"
+        if not response.streaming:
+            response.content = b""
         return response

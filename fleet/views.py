@@ -14,7 +14,7 @@ from kombu import Connection
 from escalations.views.pages import refused_in_place
 from fleet import batches, intake, signing
 from fleet.errors import error, errors_body
-from fleet.middleware import database_unavailable, is_database_down
+from fleet.middleware import READ_API, database_unavailable, is_database_down
 from fleet.models import Fleet
 
 
@@ -41,7 +41,15 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
-    """A form sent without a valid token: nothing changed; an htmx form keeps what was typed."""
+    """A form sent without a valid token: nothing changed; an htmx form keeps what was typed.
+
+    On the read API, which takes GET only, it is a method not allowed (its OpenAPI document
+    and docs are the only views there that Django's CSRF check sees)."""
+    if request.path.startswith(READ_API):
+        msg = f"{request.method} is not allowed here; use GET"
+        response = JsonResponse(errors_body([error("method", msg)]), status=405)
+        response["Allow"] = "GET"
+        return response
     if request.headers.get("HX-Request") == "true":
         return refused_in_place(
             403,

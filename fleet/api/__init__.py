@@ -23,7 +23,20 @@ class BulkheadAPI(NinjaAPI):
         paths, webhooks = write_side(components)
         schema["paths"].update(paths)
         schema["webhooks"] = webhooks
+        required_what_if(schema["paths"])
         return schema
+
+
+def required_what_if(paths: dict[str, Any]) -> None:
+    """The what-if's `down` and `steps` are required (each missing is a 422 naming it): their
+    defaults in the signature only let the endpoint name both problems at once."""
+    operation = next(
+        (item["get"] for path, item in paths.items() if path.endswith("/what-if")), None
+    )
+    for parameter in operation["parameters"] if operation else ():
+        if parameter["name"] in ("down", "steps"):
+            parameter["required"] = True
+            parameter["schema"].pop("default", None)
 
 
 api = BulkheadAPI(

@@ -17,7 +17,12 @@ DOWN = Query([], description="A capability to take down; repeat it or separate w
 
 
 def get_run(request: HttpRequest, key: str) -> Run:
-    run = selectors.runs_visible(fleet_ids(request)).filter(key=key).first()
+    # A key with a NUL byte names nothing (a declaration refuses one; PostgreSQL cannot hold one).
+    run = (
+        None
+        if "\x00" in key
+        else selectors.runs_visible(fleet_ids(request)).filter(key=key).first()
+    )
     if run is None:
         raise HttpError(404, f"no run {key!r}")
     return run
@@ -83,10 +88,11 @@ def run_what_if(
     summary="Ground truth for the task's next attempt",
 )
 def task_context(request: HttpRequest, run: str, task: str) -> dict[str, Any]:
+    its_run = get_run(request, run)
     found = (
-        Task.objects.filter(run=get_run(request, run), key=task)
-        .select_related("run", "agent")
-        .first()
+        None
+        if "\x00" in task
+        else Task.objects.filter(run=its_run, key=task).select_related("run", "agent").first()
     )
     if found is None:
         raise HttpError(404, f"no task {task!r} in run {run!r}")

@@ -97,3 +97,54 @@ def test_a_method_an_api_route_does_not_take_is_a_json_405_naming_the_allowed_on
     assert response.json() == {
         "errors": [{"loc": "method", "msg": f"{method} is not allowed here; use GET"}]
     }
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+@pytest.mark.parametrize("path", ["/api/v1/openapi.json", "/api/v1/docs"])
+def test_the_api_documents_are_read_only_a_json_405_not_a_form_page(method, path):
+    from django.test import Client
+
+    response = Client(enforce_csrf_checks=True).generic(method, path)
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+    assert response.json() == {
+        "errors": [{"loc": "method", "msg": f"{method} is not allowed here; use GET"}]
+    }
+
+
+def test_head_on_the_api_is_the_get_without_its_body(client, planner, coder, token):
+    planner.post("run.started", {"run": "r1", "tasks": [task("a"), task("b")]})
+    for path in ("/api/v1/runs/r1", "/api/v1/runs/r1/frontier", "/api/v1/runs/r1/tasks/a/context"):
+        got = get(client, path, token)
+        head = client.head(path, HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert (head.status_code, head["Content-Type"]) == (200, got["Content-Type"])
+        assert head["Content-Length"] == str(len(got.content))
+        assert head.content == b""
+    assert client.head("/api/v1/runs/r1").status_code == 401  # its token is still asked for
+    assert client.head("/api/v1/runs/zzz", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/runs/%00",
+        "/api/v1/runs/r1%00",
+        "/api/v1/runs/r1%00/frontier",
+        "/api/v1/runs/r1%00/escalations",
+        "/api/v1/runs/r1/tasks/a%00b/context",
+        "/api/v1/runs/%00/what-if?down=forge&steps=2",
+    ],
+)
+def test_a_key_with_a_nul_byte_names_nothing_a_json_404(client, planner, coder, token, path):
+    planner.post("run.started", {"run": "r1", "tasks": [task("a")]})
+    response = get(client, path, token)
+    assert response.status_code == 404
+    assert response.json()["errors"][0]["loc"] == "path"
+
+
+def test_the_what_ifs_capabilities_and_steps_are_documented_as_required(client):
+    paths = client.get("/api/v1/openapi.json").json()["paths"]
+    parameters = paths["/api/v1/runs/{run}/what-if"]["get"]["parameters"]
+    asked = {p["name"]: p for p in parameters if p["in"] == "query"}
+    assert asked["down"]["required"] is True and asked["steps"]["required"] is True
+    assert "default" not in asked["down"]["schema"] and "default" not in asked["steps"]["schema"]

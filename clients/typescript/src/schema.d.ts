@@ -2989,10 +2989,10 @@ export interface operations {
     };
     fleet_api_runs_run_what_if: {
         parameters: {
-            query?: {
+            query: {
                 /** @description A capability to take down; repeat it or separate with commas. */
-                down?: string[];
-                steps?: string;
+                down: string[];
+                steps: string;
             };
             header?: never;
             path: {
