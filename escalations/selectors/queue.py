@@ -3,7 +3,7 @@
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlencode
 
@@ -73,9 +73,12 @@ class Cursor:
             number = int(pk)
         except ValueError:
             return None
-        if opened_at.tzinfo is None:
+        if opened_at.tzinfo is None or not 0 <= number < 2**63:  # a key the table can hold
             return None
-        return cls(opened_at, number)
+        try:  # in UTC: an offset of 16 hours or more is past what PostgreSQL takes
+            return cls(opened_at.astimezone(UTC), number)
+        except OverflowError:  # outside the years 1 to 9999 once in UTC
+            return None
 
 
 @dataclass(frozen=True)

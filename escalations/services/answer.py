@@ -62,8 +62,25 @@ def refuse_unless_answerable(
         )
 
 
+def refuse_unless_the_packet_read(escalation: Escalation, packet: int | None) -> None:
+    """The answer is to the packet the reviewer read: one the agent replaced since is refused,
+    nothing recorded, and the page shows the new one."""
+    if packet is None or packet == escalation.packet_id:
+        return
+    raise Refusal(
+        "The agent sent a new packet since this page was opened, and its question may differ: "
+        "read it below and answer again. Nothing was recorded.",
+        status=409,
+    )
+
+
 def escalation_answer(
-    *, escalation: Escalation, reviewer: Any, text: str, option: str | None = None
+    *,
+    escalation: Escalation,
+    reviewer: Any,
+    text: str,
+    option: str | None = None,
+    packet: int | None = None,
 ) -> Answered:
     """Answer the packet's question: a verified claim, a reframed next attempt, the work released.
 
@@ -71,13 +88,14 @@ def escalation_answer(
     after its commit (`task.reframed` first). One answer per escalation: whoever comes second
     gets `AlreadyActed` naming who answered and when. On PostgreSQL it is six statements
     (`answering`), whatever the number of tasks the answer releases; a task that joins the
-    escalation while its tasks are locked has the transaction taken again.
+    escalation while its tasks are locked has the transaction taken again. `packet` is the
+    packet the reviewer read (the page's): once the agent has replaced it, the answer is refused.
     """
     for _ in range(10):
         try:
             with transaction.atomic():
                 return answering(escalation_id=escalation.pk, reviewer=reviewer, text=text,
-                                 option=option)  # fmt: skip
+                                 option=option, packet=packet)  # fmt: skip
         except JoinsChanged:
             continue
         except IntegrityError:
@@ -88,13 +106,16 @@ def escalation_answer(
     raise Refusal("Tasks keep joining this escalation: answer it again in a moment.", status=409)
 
 
-def answering(*, escalation_id: int, reviewer: Any, text: str, option: str | None) -> Answered:
+def answering(
+    *, escalation_id: int, reviewer: Any, text: str, option: str | None, packet: int | None = None
+) -> Answered:
     """The answer's transaction: the locks (four statements), the run's facts and the tasks'
     decisions (one), every write (one: `fleet.together`)."""
     text, option = text.strip(), (option or "").strip()
     now = timezone.now()
     run, task, escalation, joined = locked_for_answer(escalation_id)
     refuse_unless_open(escalation, reviewer, now)
+    refuse_unless_the_packet_read(escalation, packet)
     refuse_unless_answerable(run, task, escalation, text=text, option=option)
     answer_text = answer_text_of(text, option)
     user = reviewer.get_username()

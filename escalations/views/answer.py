@@ -38,8 +38,17 @@ def answer(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
             reviewer=request.user,
             text=request.POST.get("text", ""),
             option=request.POST.get("option", ""),
+            packet=shown_packet(request.POST.get("packet")),
         ),
     )
+
+
+def shown_packet(value: str | None) -> int | None:
+    """The packet the answer form was shown with (its page carries it); None when the post does
+    not say (a script's), and 0, which names no packet, for anything that is not an id."""
+    if value is None:
+        return None
+    return int(value) if value.isdigit() else 0
 
 
 @login_required

@@ -297,3 +297,61 @@ def test_two_reviewers_answering_at_once_keep_exactly_one_answer(client, fleet):
     assert Claim.objects.filter(key=f"answer.escalation-{escalation.pk}").count() == 1
     assert Delivery.objects.filter(type="escalation.answered").count() == 1
     assert Escalation.objects.get(pk=escalation.pk).claimed_by.username == winner
+
+
+def test_an_answer_to_a_packet_the_agent_has_replaced_since_is_refused(desk, alice):
+    """The reviewer read one question; the agent sent another packet meanwhile: the answer is
+    not applied to a question nobody read, and the page shows the new one."""
+    from tests.escalations.desk import packet
+
+    escalation = desk.escalate()
+    browser = signed_in(alice)
+    page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
+    read = f'<input type="hidden" name="packet" value="{escalation.packet_id}">'
+    assert read in page
+    new = "Should we delete the production pricing table instead?"
+    replaced = desk.planner.post(
+        "packet.submitted",
+        {"run": "tier-discounts", "task": "plan", "agent": desk.agent_of("tier-discounts", "plan"),
+         "packet": packet("plan", smallest_unblocking_question=new)},
+    )  # fmt: skip
+    assert replaced.status_code == 202 and replaced.json()["packet"] == "replaced"
+
+    response = answer(browser, escalation, text="Yes", packet=str(escalation.packet_id))
+
+    assert response.status_code == 409
+    shown = response.content.decode()
+    assert "The agent sent a new packet since this page was opened" in shown
+    assert new in shown and 'name="text"' in shown and ">Yes</textarea>" in shown
+    assert not Answer.objects.filter(escalation=escalation).exists()
+    assert Task.objects.get(key="plan").state == "escalated"
+    escalation.refresh_from_db()
+    current = str(escalation.packet_id)
+    assert f'name="packet" value="{current}"' in shown  # answering now answers the new one
+    assert answer(browser, escalation, text="No", packet=current).status_code == 200
+    assert Answer.objects.get(escalation=escalation).text == "No"
+
+
+def test_a_packet_field_that_names_no_packet_is_refused_as_stale(desk, alice):
+    escalation = desk.escalate()
+    response = answer(signed_in(alice), escalation, text="Yes", packet="not-a-number")
+    assert response.status_code == 409
+    assert not Answer.objects.filter(escalation=escalation).exists()
+
+
+@pytest.mark.parametrize(
+    ("action", "field"),
+    [("answer", "text"), ("abort", "reason"), ("return", "note"), ("reroute", "note")],
+)
+def test_a_nul_byte_in_a_form_is_a_400_and_changes_nothing(desk, alice, action, field):
+    escalation = desk.escalate()
+    browser = signed_in(alice)
+    response = browser.post(f"/escalations/{escalation.pk}/{action}/", {field: "a\x00b"})
+    assert response.status_code == 400
+    assert "holds a NUL byte" in response.content.decode()
+    escalation.refresh_from_db()
+    assert escalation.status == "open"
+    htmx = browser.post(
+        f"/escalations/{escalation.pk}/{action}/", {field: "a\x00b"}, HTTP_HX_REQUEST="true"
+    )
+    assert htmx.status_code == 400 and htmx["HX-Reswap"] == "none"

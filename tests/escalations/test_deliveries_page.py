@@ -114,3 +114,12 @@ def test_the_demo_callback_takes_what_the_fleet_signed_and_refuses_the_rest(clie
         ).status_code
         == 401
     )
+
+
+def test_the_page_title_is_its_name_and_the_log_is_shown_once(client, bob, fleet):
+    delivery(fleet, run="r1", task="push")
+    client.force_login(bob)
+    page = client.get("/deliveries/").content.decode()
+
+    assert "<title>Deliveries · Bulkhead</title>" in page
+    assert page.count('id="messages-title"') == 1

@@ -218,6 +218,45 @@ def test_unknown_filter_values_fall_back_to_the_defaults(desk, alice):
     assert f'id="esc-{escalation.pk}"' in page.content.decode()
 
 
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "0001-01-01T00:00:00%2B23:59_1",  # before the year 1 once in UTC
+        "9999-12-31T23:59:59.999999-23:59_1",  # past the year 9999
+        "2026-12-02T10:00:00%2B16:00_99999999999999999999",  # a key no table holds
+    ],
+)
+def test_a_cursor_the_database_could_not_read_is_the_first_page(desk, alice, cursor):
+    escalation = desk.escalate()
+    for place in ("after", "before"):
+        page = signed_in(alice).get(f"/escalations/?{place}={cursor}")
+        assert page.status_code == 200
+        assert f'id="esc-{escalation.pk}"' in page.content.decode()
+
+
+def test_a_cursor_with_any_offset_reads_as_its_instant(desk, alice):
+    escalation = desk.escalate()
+    later = (escalation.opened_at + timedelta(hours=1)).astimezone(
+        timezone.get_fixed_timezone(16 * 60)
+    )
+    page = signed_in(alice).get(
+        "/escalations/", {"sort": "newest", "after": f"{later.isoformat()}_{escalation.pk + 1}"}
+    )
+    assert page.status_code == 200
+    assert f'id="esc-{escalation.pk}"' in page.content.decode()  # older than the cursor
+
+
+@pytest.mark.parametrize("query", ["agent=%00", "fleet=%00", "capability=%00", "a%00=1"])
+def test_a_nul_byte_in_the_address_is_a_400_saying_so(desk, alice, query):
+    desk.escalate()
+    browser = signed_in(alice)
+    page = browser.get(f"/escalations/?{query}")
+    assert page.status_code == 400
+    assert "holds a NUL byte" in page.content.decode()
+    htmx = browser.get(f"/escalations/?{query}", HTTP_HX_REQUEST="true")
+    assert htmx.status_code == 400 and "NUL byte" in htmx["HX-Trigger"]
+
+
 def bulk_escalations(desk, count):
     """`count` open escalations of one run, a minute apart, oldest first."""
     from escalations.models import FailurePacket
