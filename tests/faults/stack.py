@@ -474,7 +474,10 @@ class Agent:
         self.name = created["name"]
         self.endpoint = created["endpoint"]
         self.secret = created["signing_secret"]
-        self.client = httpx.Client(timeout=30)
+        # An idle connection is dropped before gunicorn closes it (its keep-alive is 2 s): a
+        # request sent on one the server is closing that moment fails in transport, which this
+        # suite counts against the app. The client library retries such a failure instead.
+        self.client = httpx.Client(timeout=30, limits=httpx.Limits(keepalive_expiry=1.0))
 
     def post_until_applied(self, sent: Sent, body: bytes, stop_by: float) -> None:
         sent.first_at = time.time()
