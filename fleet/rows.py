@@ -9,7 +9,7 @@ their keys left to the table.
 """
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache, partial
 from typing import Any
 
@@ -135,30 +135,18 @@ def insert(objs: Sequence[Model], alias: str = "default") -> None:
         return
     fields = model._meta.concrete_fields
     pk = model._meta.pk
-    table = str(model._meta.db_table)
-    quote = connection.ops.quote_name
     new = [obj for obj in objs if obj.pk is None]
     # As the ORM's own statements: its errors (a key taken by a concurrent request) as Django's.
     with connection.wrap_database_errors, connection.cursor() as cursor:
         if new:
             cursor.execute(
                 "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-                [table, pk.column, len(new)],
+                [str(model._meta.db_table), pk.column, len(new)],
             )
             for obj, (key,) in zip(new, cursor.fetchall(), strict=True):
                 obj.pk = key
-        names = ", ".join(quote(str(field.column)) for field in fields)
-        dumps = [_dumper(field) for field in fields]
         attnames = [str(field.attname) for field in fields]
-        with cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
-            for obj in objs:
-                values = obj.__dict__
-                copy.write_row(
-                    [
-                        value if dump is None or value is None else dump(value)
-                        for dump, value in zip(dumps, (values[a] for a in attnames), strict=True)
-                    ]
-                )
+        copied(cursor, model, fields, ([obj.__dict__[a] for a in attnames] for obj in objs))
     for obj in objs:
         obj._state.adding = False
         obj._state.db = alias
@@ -188,16 +176,19 @@ def copy(
             [model(**dict(zip(names, row, strict=True))) for row in values]
         )
         return
-    fields = [attnames[name] for name in names]
-    quote = connection.ops.quote_name
+    # As the ORM's own statements: its errors as Django's.
+    with connection.wrap_database_errors, connection.cursor() as cursor:
+        copied(cursor, model, [attnames[name] for name in names], values)
+
+
+def copied(
+    cursor: Any, model: type[Model], fields: Sequence[Any], values: Iterable[Sequence[Any]]
+) -> None:
+    """One COPY of `values` (one row each, in the order of `fields`) into `model`'s table."""
+    quote = cursor.db.ops.quote_name
     columns = ", ".join(quote(str(field.column)) for field in fields)
     dumps = [_dumper(field) for field in fields]
-    table = quote(str(model._meta.db_table))
-    with (
-        connection.wrap_database_errors,
-        connection.cursor() as cursor,
-        cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as out,
-    ):
+    with cursor.copy(f"COPY {quote(str(model._meta.db_table))} ({columns}) FROM STDIN") as out:
         for row in values:
             out.write_row(
                 [

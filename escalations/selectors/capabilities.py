@@ -23,12 +23,13 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
         .order_by("fleet__name", "name")
     )
     codes = [f"capability:{c.name}" for c in capabilities]
+    fleet_ids = {c.fleet_id for c in capabilities}
     deferring = (
         Blocker.objects.filter(
             cleared_at__isnull=True,
             code__in=codes,
             task__state="pending",
-            task__run__fleet_id__in={c.fleet_id for c in capabilities},
+            task__run__fleet_id__in=fleet_ids,
         )
         .values("task__run__fleet_id", "code")
         .annotate(tasks=Count("task", distinct=True), runs=Count("task__run", distinct=True))
@@ -42,7 +43,7 @@ def capability_board(user: Any) -> list[dict[str, Any]]:
     settling = set(
         Fleet.objects.filter(
             Exists(FrontierChange.objects.filter(run__fleet_id=OuterRef("pk"))),
-            pk__in={c.fleet_id for c in capabilities},
+            pk__in=fleet_ids,
         ).values_list("pk", flat=True)
     )
     rows = []

@@ -107,7 +107,7 @@ def escalation_answer(
 
 
 def answering(
-    *, escalation_id: int, reviewer: Any, text: str, option: str | None, packet: int | None = None
+    *, escalation_id: int, reviewer: Any, text: str, option: str | None, packet: int | None
 ) -> Answered:
     """The answer's transaction: the locks (four statements), the run's facts and the tasks'
     decisions (one), every write (one: `fleet.together`)."""

@@ -699,16 +699,22 @@ def test_the_response_body_is_json_errors_for_every_refusal(planner):
     assert {"timestamp", "data"} <= set(errors_of(response))
 
 
+def run_started(stamp: object = "2026-12-02T10:00:00Z") -> bytes:
+    """A run.started envelope of run r1 with one task, stamped `stamp`, as its body's bytes."""
+    return json.dumps(
+        {"type": "run.started", "timestamp": stamp, "data": {"run": "r1", "tasks": [task("a")]}}
+    ).encode()
+
+
+def post_run_started(sender: Sender, stamp: object) -> Any:
+    body = run_started(stamp)
+    return sender.post_raw(body, sender.headers(body))
+
+
 @pytest.mark.parametrize("stamp", [1764669600, 1764669600000, 1.5, True, None])
 def test_a_timestamp_that_is_not_an_iso_8601_string_is_422_naming_it(planner, stamp):
     # A number would be read as Unix seconds or milliseconds: a careless agent's guess, refused.
-    envelope = {
-        "type": "run.started",
-        "timestamp": stamp,
-        "data": {"run": "r1", "tasks": [task("a")]},
-    }
-    body = json.dumps(envelope).encode()
-    response = planner.post_raw(body, planner.headers(body))
+    response = post_run_started(planner, stamp)
     assert response.status_code == 422
     assert "ISO 8601" in errors_of(response)["timestamp"]
     assert not Run.objects.exists() and not Event.objects.exists()
@@ -726,26 +732,14 @@ def test_a_timestamp_with_any_offset_iso_8601_allows_is_stored_as_its_instant(
     planner, coder, stamp, utc
 ):
     # PostgreSQL stores offsets up to 15:59; ISO 8601 allows 23:59: a careless agent's clock.
-    envelope = {
-        "type": "run.started",
-        "timestamp": stamp,
-        "data": {"run": "r1", "tasks": [task("a")]},
-    }
-    body = json.dumps(envelope).encode()
-    response = planner.post_raw(body, planner.headers(body))
+    response = post_run_started(planner, stamp)
     assert response.status_code == 202, response.content
     assert Event.objects.get().occurred_at.isoformat() == utc
 
 
 @pytest.mark.parametrize("stamp", ["9999-12-31T23:59:59.999999-23:59", "0001-01-01T00:00:00+23:59"])
 def test_a_timestamp_outside_the_years_utc_can_hold_is_422_naming_it(planner, coder, stamp):
-    envelope = {
-        "type": "run.started",
-        "timestamp": stamp,
-        "data": {"run": "r1", "tasks": [task("a")]},
-    }
-    body = json.dumps(envelope).encode()
-    response = planner.post_raw(body, planner.headers(body))
+    response = post_run_started(planner, stamp)
     assert response.status_code == 422
     assert "outside the years 1 to 9999 once converted to UTC" in errors_of(response)["timestamp"]
     assert not Run.objects.exists() and not Event.objects.exists()
@@ -1015,21 +1009,13 @@ def chunked(sender: Sender, body: bytes, *, terminated: bool) -> Any:
 
 
 def test_a_chunked_body_the_server_ends_is_read_and_applied(planner, coder):
-    body = json.dumps(
-        {"type": "run.started", "timestamp": "2026-12-02T10:00:00Z",
-         "data": {"run": "r1", "tasks": [task("a")]}}
-    ).encode()  # fmt: skip
-    response = chunked(planner, body, terminated=True)
+    response = chunked(planner, run_started(), terminated=True)
     assert response.status_code == 202, response.content
     assert Run.objects.get().key == "r1"
 
 
 def test_a_chunked_body_a_server_cannot_end_is_411_not_an_authentication_failure(planner, coder):
-    body = json.dumps(
-        {"type": "run.started", "timestamp": "2026-12-02T10:00:00Z",
-         "data": {"run": "r1", "tasks": [task("a")]}}
-    ).encode()  # fmt: skip
-    response = chunked(planner, body, terminated=False)
+    response = chunked(planner, run_started(), terminated=False)
     assert response.status_code == 411
     assert response.json() == {
         "errors": [
