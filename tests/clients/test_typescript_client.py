@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def node_test(path: Path, env: dict[str, str] | None = None, timeout: float = 18
 
 def test_the_typescript_unit_tests_pass(built):
     output = node_test(built / "test" / "unit.test.js")
-    assert "# pass 14" in output, output
+    assert "# pass 15" in output, output
 
 
 def test_its_types_are_generated_from_the_servers_openapi_document(built, tmp_path):
@@ -73,13 +74,59 @@ def test_its_types_are_generated_from_the_servers_openapi_document(built, tmp_pa
     assert kept == served, (
         "the API changed: run make client-types (it saves /api/v1/openapi.json to clients/typescript/ and regenerates the types)"
     )
-    out = tmp_path / "schema.d.ts"
+    out = tmp_path / "schema.ts"
     done = subprocess.run(
         ["npx", "openapi-typescript", "openapi.json", "--default-non-nullable", "false", "-o", str(out)],
         cwd=CLIENT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert out.read_text() == (CLIENT / "src" / "schema.d.ts").read_text()
+    assert out.read_text() == (CLIENT / "src" / "schema.ts").read_text()
+
+
+CONSUMER = """
+import { Bulkhead } from "@bulkhead/client";
+const bh = new Bulkhead({ endpoint: "http://127.0.0.1:1/hooks/v1/agents/1/events", secret: "whsec_x" });
+export async function careless(): Promise<void> {
+  await bh.send("task.finished", { run: "r", task: "t", outcome: "succeeded" });
+  // @ts-expect-error: not an outcome
+  await bh.send("task.finished", { run: "r", task: "t", outcome: "done-ish" });
+  // @ts-expect-error: a task's key is a string
+  await bh.declareRun("x", [{ key: 1 }]);
+  // @ts-expect-error: ready is a list of task keys
+  const n: number = (await bh.frontier("x")).ready;
+  void n;
+}
+"""
+
+
+def test_a_project_that_installs_the_package_gets_its_types(built, tmp_path):
+    """The package as npm packs it, installed into a strict project that checks libraries: the
+    generated types reach it (a wrong outcome, key or field does not compile). Before, the
+    package's declarations imported a schema tsc never emitted: an error, or with
+    `skipLibCheck` every type silently `any`."""
+    done = npm("pack", "--ignore-scripts", "--pack-destination", str(tmp_path), "--silent")
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / done.stdout.split()[-1]) as packed:
+        packed.extractall(tmp_path / "unpacked", filter="data")
+    scope = tmp_path / "app" / "node_modules" / "@bulkhead"
+    scope.mkdir(parents=True)
+    (tmp_path / "unpacked" / "package").rename(scope / "client")
+    app = tmp_path / "app"
+    (app / "package.json").write_text('{"name": "consumer", "private": true, "type": "module"}')
+    options = {
+        "target": "ES2022", "module": "NodeNext", "moduleResolution": "NodeNext", "strict": True,
+        "noEmit": True, "skipLibCheck": False, "types": ["node"],
+        "typeRoots": [str(CLIENT / "node_modules" / "@types")],
+    }  # fmt: skip
+    (app / "tsconfig.json").write_text(
+        json.dumps({"compilerOptions": options, "include": ["main.ts"]})
+    )
+    (app / "main.ts").write_text(CONSUMER)
+    done = subprocess.run(
+        [str(CLIENT / "node_modules" / ".bin" / "tsc"), "-p", "."], cwd=app, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_its_canonical_json_hashes_as_the_servers(built, tmp_path):

@@ -992,3 +992,18 @@ def test_a_function_named_inside_a_string_is_not_a_call(crm_postgresql: str) -> 
         Sources(datasources={"crm": crm_postgresql}),
     )
     assert verdict.status == "verified", verdict
+
+
+@pytest.mark.parametrize("path", ["/customers/42", "/moved", "/compressed"])
+def test_the_python_clients_exchange_is_what_the_verifier_re_fetches(
+    server: Server, path: str
+) -> None:
+    """The client's `http_exchange` helper makes the request as the verifier re-makes it: a
+    redirect on the host followed (before, the client hashed the 302 and a true claim was
+    refuted), the body after its Content-Encoding."""
+    from bulkhead_client.evidence import http_exchange
+
+    _, handed_over = http_exchange(server.url(path))
+    claim = handed_over.model_dump(exclude_none=True)
+    verdict = verify(claim, Sources(hosts=frozenset({server.host})))
+    assert verdict.status == "verified", verdict.reason

@@ -165,15 +165,34 @@ def test_command(
 test_command.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
+MAX_REDIRECTS = 5  # as the verifier
+
+
 def http_exchange(
     url: str, *, method: str = "GET", client: httpx.Client | None = None
 ) -> tuple[httpx.Response, Evidence]:
-    """Make the request (no redirects followed) and return the response with `http_exchange`
-    evidence: its status and the SHA-256 of its body after Content-Encoding is undone."""
+    """Make the request as the verifier re-makes it and return the final response with
+    `http_exchange` evidence: its status and the SHA-256 of its body after Content-Encoding is
+    undone. Redirects are followed to the same host only (at most 5, the method kept); one to
+    another host, or more than 5, is a `ValueError`: the verifier would not follow it, so the
+    exchange could never be checked."""
     owned = client is None
     http = client or httpx.Client(follow_redirects=False, trust_env=False)
+    target = httpx.URL(url)
     try:
-        response = http.request(method.upper(), url)
+        for _ in range(MAX_REDIRECTS + 1):
+            response = http.request(method.upper(), target, follow_redirects=False)
+            if not response.is_redirect:
+                break
+            target = target.join(response.headers["location"])
+            if target.host != httpx.URL(url).host:
+                raise ValueError(
+                    f"{url} redirects to {target}, another host: Bulkhead's verifier does not "
+                    "follow redirects off the host, so this exchange cannot be evidence; "
+                    "request the final URL instead"
+                )
+        else:
+            raise ValueError(f"{url} redirects more than {MAX_REDIRECTS} times")
         digest = hashlib.sha256(response.content).hexdigest()
     finally:
         if owned:

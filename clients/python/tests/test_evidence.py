@@ -92,3 +92,27 @@ def test_an_http_exchange_records_the_status_and_body_hash(fake):
         "request": {"method": "GET", "url": f"{fake.base}/v1/customers/42"},
         "response": {"status": 200, "body_sha256": hashlib.sha256(response.content).hexdigest()},
     }
+
+
+def test_an_http_exchange_follows_a_redirect_on_the_same_host_as_the_verifier(fake):
+    final = {"id": 42, "tier": None}
+    fake.script = [(301, {"location": "/v1/customers/42/"}, {}), (200, {}, final)]
+    response, evidence = http_exchange(f"{fake.base}/v1/customers/42")
+    assert [seen.path for seen in fake.seen] == ["/v1/customers/42", "/v1/customers/42/"]
+    assert evidence.payload == {
+        "request": {"method": "GET", "url": f"{fake.base}/v1/customers/42"},
+        "response": {"status": 200, "body_sha256": hashlib.sha256(response.content).hexdigest()},
+    }
+
+
+def test_an_http_exchange_redirected_off_the_host_cannot_be_evidence(fake):
+    port = fake.server.server_address[1]
+    fake.script = [(302, {"location": f"http://localhost:{port}/elsewhere"}, {})]
+    with pytest.raises(ValueError, match="another host: Bulkhead's verifier does not follow"):
+        http_exchange(f"{fake.base}/v1/customers/42")
+    assert [seen.path for seen in fake.seen] == ["/v1/customers/42"]
+    fake.seen.clear()
+    fake.script = [(302, {"location": f"/hop-{n}"}, {}) for n in range(6)]
+    with pytest.raises(ValueError, match="redirects more than 5 times"):
+        http_exchange(f"{fake.base}/start")
+    assert len(fake.seen) == 6

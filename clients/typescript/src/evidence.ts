@@ -114,10 +114,31 @@ export function testCommand(command: string, options: { cwd?: string; workspace?
   };
 }
 
-/** Make the request (no redirects followed): its response and `http_exchange` evidence. */
+const MAX_REDIRECTS = 5; // as the verifier
+
+/** Make the request as Bulkhead's verifier re-makes it: its final response and `http_exchange`
+ * evidence. Redirects are followed to the same host only (at most 5, the method kept); one to
+ * another host, or more than 5, throws a RangeError: the verifier would not follow it, so the
+ * exchange could never be checked. */
 export async function httpExchange(url: string, method = "GET"): Promise<{ response: Response; body: Uint8Array; evidence: Evidence }> {
-  const response = await fetch(url, { method, redirect: "manual" });
-  const body = new Uint8Array(await response.arrayBuffer()); // Content-Encoding undone by fetch
-  const payload = httpExchangePayload(method, url, response.status, sha256Hex(body));
-  return { response, body, evidence: { kind: "http_exchange", source: url, payload_hash: payloadHash(payload), payload } };
+  const host = new URL(url).hostname;
+  let target = new URL(url);
+  for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
+    const response = await fetch(target, { method, redirect: "manual" });
+    const location = response.headers.get("location");
+    if (response.status >= 300 && response.status < 400 && location !== null) {
+      await response.arrayBuffer(); // the connection is free again
+      target = new URL(location, target);
+      if (target.hostname !== host) {
+        throw new RangeError(
+          `${url} redirects to ${target.href}, another host: Bulkhead's verifier does not follow redirects off the host, so this exchange cannot be evidence; request the final URL instead`,
+        );
+      }
+      continue;
+    }
+    const body = new Uint8Array(await response.arrayBuffer()); // Content-Encoding undone by fetch
+    const payload = httpExchangePayload(method, url, response.status, sha256Hex(body));
+    return { response, body, evidence: { kind: "http_exchange", source: url, payload_hash: payloadHash(payload), payload } };
+  }
+  throw new RangeError(`${url} redirects more than ${MAX_REDIRECTS} times`);
 }

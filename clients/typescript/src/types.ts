@@ -1,4 +1,4 @@
-// Types generated from Bulkhead's OpenAPI document (src/schema.d.ts, by openapi-typescript).
+// Types generated from Bulkhead's OpenAPI document (src/schema.ts, by openapi-typescript).
 import type { components } from "./schema.js";
 
 type S = components["schemas"];

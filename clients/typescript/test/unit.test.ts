@@ -1,5 +1,6 @@
 // Unit tests against a loopback stand-in: signing, retries under one webhook-id, refusals, hashes.
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -7,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { BatchRefused, Blocked, Bulkhead, Refused, RetriesExhausted, canonicalJson, fileLines, payloadHash, pythonNumber, queryResult, shellWords, sign, testCommand } from "../src/index.js";
+import { BatchRefused, Blocked, Bulkhead, Refused, RetriesExhausted, canonicalJson, fileLines, httpExchange, payloadHash, pythonNumber, queryResult, shellWords, sign, testCommand } from "../src/index.js";
 
 const SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -262,5 +263,27 @@ test("a batch that gets no answer waits again, and is sent again under the same 
     assert.notEqual(server.seen[0]?.headers["webhook-id"], server.seen[2]?.headers["webhook-id"]); // a new request
   } finally {
     server.close();
+  }
+});
+
+test("an HTTP exchange follows a redirect on its host as the verifier, and refuses one off it", async () => {
+  const { seen, base, close } = await fake([
+    [301, { location: "/v1/customers/42/" }, {}],
+    [200, {}, { id: 42, tier: null }],
+    [302, { location: "http://localhost:1/elsewhere" }, {}],
+    ...Array.from({ length: 6 }, (_, n): Answer => [302, { location: `/hop-${n}` }, {}]),
+  ]);
+  try {
+    const { body, evidence } = await httpExchange(`${base}/v1/customers/42`);
+    assert.deepEqual(seen.map((s) => s.path), ["/v1/customers/42", "/v1/customers/42/"]);
+    assert.deepEqual(evidence.payload, {
+      request: { method: "GET", url: `${base}/v1/customers/42` },
+      response: { status: 200, body_sha256: createHash("sha256").update(body).digest("hex") },
+    });
+    await assert.rejects(httpExchange(`${base}/away`), /another host: Bulkhead's verifier does not follow/);
+    await assert.rejects(httpExchange(`${base}/start`), /redirects more than 5 times/);
+    assert.equal(seen.length, 9);
+  } finally {
+    close();
   }
 });
