@@ -22,6 +22,7 @@ from runs.models import (
     Attempt,
     Blocker,
     Claim,
+    Decision,
     Halt,
     ProgressLine,
     Run,
@@ -79,7 +80,8 @@ def task_start(
     refuse_unless_own(task=row, actor=actor, sender=sender, imported=imported)
     if row.state != Task.State.PENDING:
         raise Refusal(
-            [error("data.task", f"task {row.key!r} is {row.state}, not pending")], status=409
+            [error("data.task", f"task {row.key!r} is {row.state}, not pending{where_it_is(row)}")],
+            status=409,
         )
     if not imported:
         refuse_unless_startable(found, row, consumes)
@@ -277,6 +279,47 @@ def task_finish(
     return {"run": found.key, "task": row.key, "state": row.state}
 
 
+def where_it_is(task: Task) -> str:
+    """For a refusal: what ended the task's latest attempt, and what comes next (read only
+    when refusing). A refuted claim, say, ends an attempt while its agent is still at work."""
+    attempt = (
+        Attempt.objects.filter(task_id=task.pk)
+        .order_by("-number")
+        .values("number", "outcome", "failure_message")
+        .first()
+    )
+    said = []
+    waits = (Task.State.PENDING, Task.State.FAILED, Task.State.ESCALATED)
+    if attempt is not None and attempt["outcome"] and task.state in waits:
+        message = attempt["failure_message"]
+        if len(message) > 300:
+            message = message[:299] + "…"
+        said.append(
+            f"its attempt {attempt['number']} {attempt['outcome']}"
+            + (f" ({message})" if message else "")
+        )
+    if task.state == Task.State.PENDING:
+        said.append("start its next attempt with task.started (its context says what changed)")
+    elif task.state == Task.State.FAILED:
+        retry = (
+            Decision.objects.filter(task_id=task.pk, acted_at__isnull=True)
+            .exclude(not_before=None)
+            .order_by("-created_at")
+            .values_list("not_before", flat=True)
+            .first()
+        )
+        said.append(
+            f"it is retried not before {retry.isoformat()} (task.retry)"
+            if retry is not None
+            else "the retry policy decides what follows"
+        )
+    elif task.state == Task.State.ESCALATED:
+        said.append("it waits for a reviewer's answer")
+    elif task.state == Task.State.RUNNING:
+        said = [f"attempt {attempt['number']} is running"] if attempt else []
+    return ": " + "; ".join(said) if said else ""
+
+
 FINISHED_FIELDS = [
     "finished_at", "outcome", "background_killed", "resumable",
     "failure_kind", "failure_signature", "failure_message", "failure_capability",
@@ -287,7 +330,15 @@ def finishing_attempt(task: Any, actor: Agent, at: datetime, *, imported: bool) 
     """The running attempt a finish ends (an import may finish a task it never started): the
     task's latest, read with it (`latest_attempt`, `latest_number`, `latest_outcome`)."""
     if task.state != Task.State.RUNNING and not imported:
-        raise Refusal([error("data.task", f"task {task.key!r} is {task.state}, not running")], 409)
+        raise Refusal(
+            [
+                error(
+                    "data.task",
+                    f"task {task.key!r} is {task.state}, not running{where_it_is(task)}",
+                )
+            ],
+            409,
+        )
     if task.latest_attempt is not None and task.latest_outcome and not imported:
         # It finished and waits for the policy's word on the background work it left running.
         raise Refusal(

@@ -571,6 +571,7 @@ def open_for_decision(*, decision: Decision, attempt: Attempt, **_: Any) -> Esca
                 "task": task.key,
                 "reason": decision.reason,
                 "question": packet.smallest_unblocking_question if packet else None,
+                "reopened": False,
                 "drafted": packet is None,
             },
         )

@@ -21,7 +21,7 @@ from escalations.selectors.runs import run_detail
 from fleet import demo, services
 from fleet.api import escalations as escalations_api
 from fleet.api import runs as runs_api
-from fleet.models import ApiToken, Fleet
+from fleet.models import ApiToken, Delivery, Fleet
 from fleet.stories import all_green, hung_test_run
 from runs import context
 from runs.models import Run, Task
@@ -197,3 +197,25 @@ def test_the_openapi_document_types_the_packet_with_every_field_the_desk_accepts
     question = packet["properties"]["smallest_unblocking_question"]["anyOf"][0]
     assert question["maxLength"] == QUESTION_MAX_CHARS
     assert set(schemas["RuledOut"]["properties"]) == {"hypothesis", "how"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_notification_the_demo_sends_has_what_its_schema_requires(client, settings, tmp_path):
+    """Every delivery the six stories record (each kind of notification, an escalation opened
+    by the retry policy among them) carries the fields its OpenAPI schema requires, so a
+    receiver validating against the document accepts it."""
+    settings.VAR_DIR = tmp_path
+    demo.load()
+    doc = client.get("/api/v1/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    seen = set()
+    for delivery in Delivery.objects.all():
+        ref = doc["webhooks"][delivery.type]["post"]["requestBody"]["content"]["application/json"]
+        schema = schemas[ref["schema"]["$ref"].rsplit("/", 1)[-1]]
+        payload = delivery.payload
+        assert set(schema["required"]) <= set(payload), delivery.type
+        assert payload["type"] == schema["properties"]["type"]["const"]
+        missing = set(schema["properties"]["data"]["required"]) - set(payload["data"])
+        assert not missing, f"{delivery.type} {payload['data']} lacks {sorted(missing)}"
+        seen.add(delivery.type)
+    assert {"escalation.opened", "task.reframed", "task.halted", "run.failed"} <= seen

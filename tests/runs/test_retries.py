@@ -151,6 +151,11 @@ def test_a_transient_failure_is_retried_with_the_same_context_after_a_backoff(
     assert state("a") == "failed"
     early = start(coder, "a")
     assert early.status_code == 409
+    [refused] = early.json()["errors"]
+    assert refused["msg"] == (
+        "task 'a' is failed, not pending: its attempt 1 failed (429 from the model); it is "
+        f"retried not before {decision.not_before.isoformat()} (task.retry)"
+    )
     context = api(client, coder, f"/api/v1/runs/{RUN}/tasks/a/context")
     assert (context["decision"], context["ground_truth"], context["scope"]) == ("retry", [], None)
     assert context["not_before"] is not None
@@ -585,6 +590,28 @@ def test_a_refuted_claim_reframes_the_task_that_posted_it_with_reality(
     context = api(client, planner, f"/api/v1/runs/{RUN}/tasks/plan/context")
     assert context["ground_truth"] == decision.ground_truth
     assert open_codes("build") == {"claim:tier", "prerequisite:plan"}
+
+
+def test_a_finish_after_a_refutation_ended_the_attempt_is_told_why(hooked, planner, receiver):
+    """The agent is still at work when its claim is refuted: its attempt fails then, and the
+    finish it sends afterwards is refused saying so (before: only "is pending, not running")."""
+    planner.post("run.started", {"run": RUN, "tasks": [task("plan", agent="planner")]})
+    start(planner, "plan")
+    post_claim(planner, "plan", "tier", "customers.customer_tier exists")
+    refute_by_hand("tier", "customers has no customer_tier column")
+
+    late = planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
+
+    assert late.status_code == 409
+    [refused] = late.json()["errors"]
+    assert refused["loc"] == "data.task"
+    assert refused["msg"].startswith(
+        "task 'plan' is pending, not running: its attempt 1 failed (claim tier (customers."
+        "customer_tier exists) was refuted: "
+    )
+    assert refused["msg"].endswith(
+        "; start its next attempt with task.started (its context says what changed)"
+    )
 
 
 def test_a_second_refutation_after_a_reframe_with_another_prompt_is_escalated(

@@ -30,6 +30,7 @@ from bulkhead_client.responses import (
 __all__ = ["Bulkhead", "PreparedEvent", "RetryPolicy"]
 
 RETRYABLE = frozenset({429, 502, 503, 504})
+RESEND = "send it again later with deliver(error.event): the same webhook-id and body"
 # Standard Webhooks refuses a webhook-timestamp more than 5 minutes off: a retry later than this
 # is signed again with a fresh timestamp (same webhook-id, same body bytes).
 RESIGN_AFTER_S = 240.0
@@ -220,7 +221,13 @@ class Bulkhead:
                 holder[0] = replace(holder[0], signed_at=int(self.clock()))
             return attempt(holder[0])
 
-        response = self.with_retries(again, what=f"{event.type} {event.webhook_id}")
+        try:
+            response = self.with_retries(
+                again, what=f"{event.type} {event.webhook_id}", then=RESEND
+            )
+        except RetriesExhausted as exc:
+            exc.event = event  # as first signed: `deliver` signs it afresh when it is stale
+            raise
         if response.is_success:
             return response
         raise self.refusal(response, event_type=event.type)
@@ -234,7 +241,9 @@ class Bulkhead:
             return Blocked(status, errors, body=body)
         return Refused(status, errors, body=body)
 
-    def with_retries(self, call: Callable[[], httpx.Response], *, what: str) -> httpx.Response:
+    def with_retries(
+        self, call: Callable[[], httpx.Response], *, what: str, then: str = "try again later"
+    ) -> httpx.Response:
         started = self.clock()
         policy = self.retry
         tries = 0
@@ -254,8 +263,7 @@ class Bulkhead:
                 problem = f"{status} {response.text[:200]}"
             if tries >= policy.attempts:
                 raise RetriesExhausted(
-                    f"{what}: no answer after {tries} tries ({problem}); send it again later "
-                    "with the same webhook-id",
+                    f"{what}: no answer after {tries} tries ({problem}); {then}",
                     attempts=tries,
                     last_status=status,
                 )
@@ -265,8 +273,7 @@ class Bulkhead:
             if self.clock() - started + wait > policy.deadline:
                 raise RetriesExhausted(
                     f"{what}: {problem}; waiting {wait:g} s more would pass the retry "
-                    f"deadline of {policy.deadline:g} s; send it again later with the same "
-                    "webhook-id",
+                    f"deadline of {policy.deadline:g} s; {then}",
                     attempts=tries,
                     last_status=status,
                 )
@@ -331,12 +338,13 @@ class Bulkhead:
 
         return RunHandle(self, run)
 
-    def batch(self, *, max_events: int = 500) -> "Batch":
+    def batch(self, *, max_events: int = 500, max_bytes: int = 16 * 1024 * 1024) -> "Batch":
         """A buffer of non-gating events (claim.posted, claim.checked, task.finished,
-        capability.changed) sent together in signed batches of at most `max_events`."""
+        capability.changed) sent together in signed batches of at most `max_events` and
+        `max_bytes` of JSON (the server's WEBHOOK_MAX_BATCH_BYTES, 16 MiB unless changed)."""
         from bulkhead_client.batches import Batch
 
-        return Batch(self, max_events=max_events)
+        return Batch(self, max_events=max_events, max_bytes=max_bytes)
 
 
 def seg(value: str) -> str:

@@ -1,6 +1,9 @@
 """What the client raises: one base type, the server's `errors` on every refusal."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bulkhead_client.client import PreparedEvent
 
 __all__ = ["Blocked", "BulkheadError", "Refused", "RetriesExhausted", "Unauthorized"]
 
@@ -10,9 +13,11 @@ class BulkheadError(Exception):
 
 
 class Refused(BulkheadError):
-    """Bulkhead answered 4xx: `errors` is its `[{"loc", "msg"}, ...]`, naming what is wrong.
+    """Bulkhead answered with an error it will answer again (4xx, or a 500): `errors` is its
+    `[{"loc", "msg"}, ...]`, naming what is wrong; `status` is the HTTP status.
 
-    A refused event was not applied: fix it and send it again (the same webhook-id is fine).
+    A 4xx event was not applied: fix it and send it again (the same webhook-id is fine). A 500
+    is not retried; nothing of the event was written.
     """
 
     def __init__(self, status: int, errors: list[dict[str, str]], *, body: Any = None) -> None:
@@ -47,13 +52,24 @@ class Blocked(Refused):
 
 
 class RetriesExhausted(BulkheadError):
-    """Bulkhead stayed unavailable (429, 503, no connection) for every try within the bound.
+    """Bulkhead stayed unavailable (429, 5xx but 500, no connection or no answer in time) for
+    every try within the bound.
 
-    The event may or may not have been applied: send it again later with the same
-    `webhook_id` (`PreparedEvent` keeps it), and Bulkhead applies it at most once.
+    The event may or may not have been applied. `event` is the signed event as it was sent
+    (None for a read): `bh.deliver(error.event)` sends it again later under the same
+    webhook-id and body bytes, and Bulkhead applies it at most once. (Sending the same data
+    again with `send` makes a new body: a new timestamp, so a 409 under the old webhook-id.)
     """
 
-    def __init__(self, message: str, *, attempts: int, last_status: int | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int,
+        last_status: int | None,
+        event: "PreparedEvent | None" = None,
+    ) -> None:
         self.attempts = attempts
         self.last_status = last_status
+        self.event = event
         super().__init__(message)

@@ -94,3 +94,39 @@ def test_a_gating_event_is_not_buffered(fake, sleeps):
             "task.started",
             {"run": "r", "task": "a", "attempt": {"prompt_hash": "p", "context_hash": "c"}},
         )
+
+
+def claim(n: int, size: int) -> dict:
+    return {"run": "r", "task": "a", "claim": {"key": f"k{n}", "statement": "s" * size}}
+
+
+def test_a_batch_larger_than_the_servers_limit_goes_in_requests_within_it(fake, sleeps):
+    """Before, 300 claims of 60 KB were one 18 MB request: a 413 on every flush, nothing sent."""
+    bh = Bulkhead(endpoint=fake.endpoint, secret=SECRET, sleep=sleeps)
+    fake.script = [results_for] * 10
+    batch = bh.batch(max_bytes=200_000)
+    ids = [batch.add("claim.posted", claim(n, 60_000)) for n in range(7)]
+    results = batch.flush()
+    assert [len(s.body) <= 200_000 for s in fake.seen] == [True, True, True]
+    sent = [e["id"] for s in fake.seen for e in json.loads(s.body)["events"]]
+    assert sent == ids  # each once, in order
+    assert [r.id for r in batch.results] == ids and [r.id for r in results] == ids[4:]
+
+
+def test_an_event_larger_than_a_batch_is_refused_when_added(fake, sleeps):
+    batch = Bulkhead(endpoint=fake.endpoint, secret=SECRET, sleep=sleeps).batch(max_bytes=10_000)
+    with pytest.raises(
+        ValueError, match="more than a batch of 10,000 bytes holds: send it on its own"
+    ):
+        batch.add("claim.posted", claim(1, 20_000))
+    assert batch.waiting == [] and fake.seen == []
+
+
+def test_a_block_that_raises_still_sends_what_it_recorded(fake, sleeps):
+    bh = Bulkhead(endpoint=fake.endpoint, secret=SECRET, sleep=sleeps)
+    fake.script = [results_for]
+    with pytest.raises(RuntimeError, match="the agent crashed"), bh.batch() as batch:
+        batch.add("task.finished", {"run": "r", "task": "a", "outcome": "succeeded"})
+        raise RuntimeError("the agent crashed")
+    [seen] = fake.seen
+    assert [e["type"] for e in json.loads(seen.body)["events"]] == ["task.finished"]

@@ -63,6 +63,31 @@ def test_without_retry_after_it_backs_off_exponentially_within_the_bound(fake, s
     assert len(fake.seen) == 4 and len(sleeps) == 3
     assert 0.5 <= sleeps[0] <= 1.0 and 1.0 <= sleeps[1] <= 2.0 and 1.5 <= sleeps[2] <= 3.0
     assert "same webhook-id" in str(raised.value)
+    assert raised.value.event is not None and raised.value.event.type == "capability.changed"
+
+
+def test_after_retries_exhausted_the_event_is_sent_again_as_it_was_first(fake, sleeps):
+    """The error carries the signed event: `deliver` sends the same id and body, which the
+    server applies once (before, only the id was in the message, and sending the same data
+    again made a new body: a 409 under that id)."""
+    fake.script = [(503, {}, {"errors": []})] * 2
+    bh = client(fake, sleeps, retry=RetryPolicy(attempts=2))
+    with pytest.raises(RetriesExhausted) as raised:
+        bh.send("task.finished", {"run": "r1", "task": "a", "outcome": "succeeded"})
+    event = raised.value.event
+    assert event is not None and "deliver(error.event)" in str(raised.value)
+    accepted = bh.deliver(event)
+    assert accepted.event == "e"
+    sent = {(s.headers["webhook-id"], s.body) for s in fake.seen}
+    assert len(fake.seen) == 3 and sent == {(event.webhook_id, event.body)}
+
+
+def test_a_read_that_gets_no_answer_says_to_try_again(fake, sleeps):
+    fake.script = [(503, {}, {"errors": []})] * 2
+    bh = client(fake, sleeps, retry=RetryPolicy(attempts=2))
+    with pytest.raises(RetriesExhausted, match="try again later") as raised:
+        bh.frontier("r1")
+    assert raised.value.event is None
 
 
 def test_a_retry_after_past_the_deadline_gives_up_rather_than_waiting_less(fake, sleeps):

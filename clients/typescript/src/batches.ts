@@ -8,10 +8,15 @@ import { Refused, type ErrorItem } from "./errors.js";
 import { NON_GATING, type BatchEvent, type BatchResult, type EventData, type NonGatingType } from "./types.js";
 
 export const MAX_EVENTS = 500;
+/** The server's WEBHOOK_MAX_BATCH_BYTES unless it was changed. */
+export const MAX_BYTES = 16 * 1024 * 1024;
+const FRAME = '{"events":[]}'.length;
 
 export interface BatchOptions {
   /** Sent as soon as this many events wait (1 to 500; 500 unless given). */
   maxEvents?: number;
+  /** A request's body holds at most this many bytes of JSON (16 MiB unless given). */
+  maxBytes?: number;
 }
 
 /** Events of a batch that were refused: `results` are every event's result, in order; `errors`
@@ -38,7 +43,7 @@ function refusedErrors(results: BatchResult[]): ErrorItem[] {
 /**
  * `const batch = bh.batch(); batch.add("claim.posted", {...}); await batch.flush();`
  *
- * `add` buffers an event and returns its id; when `maxEvents` wait they are sent at once, in the
+ * `add` buffers an event and returns its id; when `maxEvents` (or `maxBytes` of JSON) wait they are sent at once, in the
  * background, one request after another in the order they were added. `flush` sends what waits,
  * waits for every request, and returns the result of each event sent since the last `flush`
  * (throwing `BatchRefused` if any was refused, or what stopped a request: `RetriesExhausted`,
@@ -47,9 +52,11 @@ function refusedErrors(results: BatchResult[]): ErrorItem[] {
  */
 export class Batch {
   readonly maxEvents: number;
+  readonly maxBytes: number;
   /** Every event's result, in order, across every request of this batch. */
   readonly results: BatchResult[] = [];
   private waiting: BatchEvent[] = [];
+  private sizes = new Map<BatchEvent, number>(); // each event's JSON in the body, with its comma
   private unsent: BatchEvent[] = [];
   private sent: BatchResult[] = [];
   private sending: Promise<void> = Promise.resolve();
@@ -64,6 +71,10 @@ export class Batch {
       throw new RangeError(`a batch holds 1 to ${MAX_EVENTS} events, not ${maxEvents}`);
     }
     this.maxEvents = maxEvents;
+    this.maxBytes = options.maxBytes ?? MAX_BYTES;
+    if (!Number.isInteger(this.maxBytes) || this.maxBytes <= FRAME) {
+      throw new RangeError(`a batch's body needs more than ${FRAME} bytes, not ${this.maxBytes}`);
+    }
   }
 
   /** How many events wait to be sent. */
@@ -79,8 +90,15 @@ export class Batch {
       );
     }
     const id = options.id ?? `msg_${randomUUID().replaceAll("-", "")}`;
-    this.waiting.push({ id, ...this.client.envelope(type, data) });
-    if (this.waiting.length >= this.maxEvents) this.queue();
+    const event: BatchEvent = { id, ...this.client.envelope(type, data) };
+    const size = Buffer.byteLength(JSON.stringify(event)) + 1;
+    if (size + FRAME > this.maxBytes) {
+      throw new RangeError(`the event is ${size - 1} bytes of JSON, more than a batch of ${this.maxBytes} bytes holds: send it on its own (bh.send)`);
+    }
+    this.waiting.push(event);
+    this.sizes.set(event, size);
+    const waitingBytes = this.waiting.reduce((sum, e) => sum + (this.sizes.get(e) ?? 0), FRAME);
+    if (this.waiting.length >= this.maxEvents || waitingBytes >= this.maxBytes) this.queue();
     return id;
   }
 
@@ -107,9 +125,23 @@ export class Batch {
    * is kept for `flush`, and what it did not send waits again). */
   private queue(): void {
     while (this.waiting.length > 0) {
-      const events = this.waiting.splice(0, this.maxEvents);
+      const events = this.waiting.splice(0, this.nextRequest());
       this.sending = this.sending.then(() => this.send(events));
     }
+  }
+
+  /** How many waiting events go in the next request: at most `maxEvents`, as many as
+   * `maxBytes` hold (one at least). */
+  private nextRequest(): number {
+    let count = 0;
+    let size = FRAME;
+    for (const event of this.waiting.slice(0, this.maxEvents)) {
+      const each = this.sizes.get(event) ?? 0;
+      if (count > 0 && size + each > this.maxBytes) break;
+      count += 1;
+      size += each;
+    }
+    return count;
   }
 
   private async send(events: BatchEvent[]): Promise<void> {
@@ -119,6 +151,7 @@ export class Batch {
     }
     try {
       const results = await this.client.deliverBatch(this.client.prepareBatch(events));
+      for (const event of events) this.sizes.delete(event);
       this.sent.push(...results);
       this.results.push(...results);
     } catch (error) {

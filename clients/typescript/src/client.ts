@@ -9,6 +9,7 @@ import type { Accepted, BatchEvent, BatchResult, ContextOut, EscalationOut, Esca
 const RETRYABLE = new Set([429, 502, 503, 504]);
 // A webhook-timestamp more than 5 minutes off is refused: a later retry is signed again.
 const RESIGN_AFTER_S = 240;
+const RESEND = "send it again later with deliver(error.event): the same webhook-id and body";
 const ENDPOINT = /^(?<prefix>.*)\/hooks\/v1\/agents\/(?<agent>[^/]+)\/(?:events|batches)\/?$/;
 
 export interface RetryPolicy {
@@ -33,9 +34,16 @@ export interface ClientOptions {
   secret: string;
   token?: string;
   retry?: Partial<RetryPolicy>;
+  /** How long one request may take before it counts as unanswered and is retried (30 s). */
+  timeoutMs?: number;
   fetch?: typeof fetch;
   sleep?: (ms: number) => Promise<void>;
   now?: () => number; // milliseconds
+}
+
+/** A request that got no answer within its time (AbortSignal.timeout's error). */
+function isTimeout(error: unknown): boolean {
+  return error instanceof Error && (error.name === "TimeoutError" || error.name === "AbortError");
 }
 
 /** `sign(secret, id, timestamp, body)`: the webhook-signature header's `v1,<base64>`. */
@@ -61,6 +69,7 @@ export class Bulkhead {
   readonly endpoint: string;
   readonly batchEndpoint: string;
   readonly retry: RetryPolicy;
+  readonly timeoutMs: number;
   private readonly secret: string;
   private readonly token?: string;
   private readonly fetch: typeof fetch;
@@ -78,6 +87,7 @@ export class Bulkhead {
     this.secret = options.secret;
     this.token = options.token;
     this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    this.timeoutMs = options.timeoutMs ?? 30_000;
     this.fetch = options.fetch ?? fetch;
     this.sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
     this.now = options.now ?? Date.now;
@@ -146,13 +156,15 @@ export class Bulkhead {
           "webhook-timestamp": String(current.signedAt),
           "webhook-signature": sign(this.secret, current.webhookId, current.signedAt, current.body),
         },
+        signal: AbortSignal.timeout(this.timeoutMs),
       });
-    });
+    }, event);
     if (response.ok) return response;
     throw await refusal(response);
   }
 
-  private async withRetries(what: string, call: () => Promise<Response>): Promise<Response> {
+  private async withRetries(what: string, call: () => Promise<Response>, event?: PreparedEvent): Promise<Response> {
+    const then = event ? RESEND : "try again later";
     const started = this.now();
     const policy = this.retry;
     for (let tries = 1; ; tries++) {
@@ -166,11 +178,16 @@ export class Bulkhead {
         asked = retryAfterMs(response.headers.get("retry-after"), this.now());
         problem = `${status} ${(await response.text()).slice(0, 200)}`;
       } catch (error) {
-        if (!(error instanceof TypeError)) throw error; // fetch's network errors are TypeErrors
-        problem = `${error.message}: ${String((error as { cause?: unknown }).cause ?? "")}`;
+        if (isTimeout(error)) {
+          problem = `no answer within ${this.timeoutMs} ms`;
+        } else if (error instanceof TypeError) {
+          problem = `${error.message}: ${String((error as { cause?: unknown }).cause ?? "")}`; // fetch's network errors
+        } else {
+          throw error;
+        }
       }
       if (tries >= policy.attempts) {
-        throw new RetriesExhausted(`${what}: no answer after ${tries} tries (${problem}); send it again later with the same webhook-id`, tries, status);
+        throw new RetriesExhausted(`${what}: no answer after ${tries} tries (${problem}); ${then}`, tries, status, event);
       }
       let wait = asked;
       if (wait === null) {
@@ -178,7 +195,7 @@ export class Bulkhead {
         wait = backoff * (0.5 + Math.random() / 2);
       }
       if (this.now() - started + wait > policy.deadlineMs) {
-        throw new RetriesExhausted(`${what}: ${problem}; waiting ${wait} ms more would pass the retry deadline; send it again later with the same webhook-id`, tries, status);
+        throw new RetriesExhausted(`${what}: ${problem}; waiting ${wait} ms more would pass the retry deadline; ${then}`, tries, status, event);
       }
       await this.sleep(wait);
     }
@@ -189,7 +206,9 @@ export class Bulkhead {
   async get<T>(path: string): Promise<T> {
     if (!this.token) throw new RangeError("the read API needs the agent's api_token (token: ...)");
     const url = `${this.baseUrl}/api/v1${path}`;
-    const response = await this.withRetries(`GET ${path}`, () => this.fetch(url, { headers: { authorization: `Bearer ${this.token}` } }));
+    const response = await this.withRetries(`GET ${path}`, () =>
+      this.fetch(url, { headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(this.timeoutMs) }),
+    );
     if (!response.ok) throw await refusal(response);
     return (await response.json()) as T;
   }

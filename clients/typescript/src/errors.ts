@@ -1,4 +1,5 @@
 // What the client throws: one base type, the server's `errors` on every refusal.
+import type { PreparedEvent } from "./client.js";
 
 export interface ErrorItem {
   loc: string;
@@ -7,7 +8,8 @@ export interface ErrorItem {
 
 export class BulkheadError extends Error {}
 
-/** Bulkhead answered 4xx: `errors` names what is wrong. A refused event was not applied. */
+/** Bulkhead answered with an error it would answer again (4xx, or a 500): `errors` names what is
+ * wrong. A 4xx event was not applied; a 500 is not retried and wrote nothing of the event. */
 export class Refused extends BulkheadError {
   constructor(
     readonly status: number,
@@ -37,12 +39,17 @@ export class Blocked extends Refused {
   }
 }
 
-/** Bulkhead stayed unavailable for every try: send the event again later with the same webhook-id. */
+/** Bulkhead stayed unavailable (429, 502-504, no connection or no answer within `timeoutMs`)
+ * for every try. The event may or may not have been applied: `event` is the signed event as it
+ * was sent (undefined for a read), and `bh.deliver(error.event)` sends it again later under the
+ * same webhook-id and body, which Bulkhead applies at most once. (Sending the same data again
+ * with `send` makes a new body, a new timestamp: a 409 under the old webhook-id.) */
 export class RetriesExhausted extends BulkheadError {
   constructor(
     message: string,
     readonly attempts: number,
     readonly lastStatus: number | null,
+    readonly event?: PreparedEvent,
   ) {
     super(message);
   }

@@ -16,7 +16,9 @@ import {
 } from "./canonical.js";
 import type { Evidence } from "./types.js";
 
-/** `query_result` evidence from the rows your database driver returned for `sql`. */
+/** `query_result` evidence from the rows your database driver returned for `sql`. Select real
+ * columns as text (`CAST(x AS TEXT)`): a driver gives `0.0` as `0`, which hashes unlike the `0.0`
+ * the verifier reads when it re-runs the query. */
 export function queryResult(sql: string, columns: string[], rows: unknown[][], datasource?: string): Evidence {
   const payload = queryResultPayload(columns, rows);
   return { kind: "query_result", source: sql, payload_hash: payloadHash(payload), payload, ...(datasource ? { datasource } : {}) };

@@ -287,3 +287,67 @@ test("an HTTP exchange follows a redirect on its host as the verifier, and refus
     close();
   }
 });
+
+test("after RetriesExhausted the event is sent again as it was first, and applied once", async () => {
+  const server = await fake([[503, {}, { errors: [] }], [503, {}, { errors: [] }]]);
+  try {
+    const bh = new Bulkhead({ endpoint: `${server.base}/hooks/v1/agents/a1/events`, secret: SECRET, retry: { attempts: 2 }, sleep: async () => {} });
+    let exhausted: RetriesExhausted | undefined;
+    await assert.rejects(bh.send("task.finished", { run: "r1", task: "a", outcome: "succeeded" }), (e: unknown) => {
+      exhausted = e as RetriesExhausted;
+      return e instanceof RetriesExhausted && /deliver\(error\.event\)/.test(e.message);
+    });
+    const event = exhausted?.event;
+    assert.ok(event);
+    assert.equal((await bh.deliver(event)).event, "e");
+    assert.equal(server.seen.length, 3);
+    assert.deepEqual(new Set(server.seen.map((s) => `${s.headers["webhook-id"]} ${s.body}`)), new Set([`${event.webhookId} ${event.body}`]));
+  } finally {
+    server.close();
+  }
+});
+
+test("a request unanswered within timeoutMs is retried under the same webhook-id", async () => {
+  const seen: string[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    seen.push(String(req.headers["webhook-id"]));
+    if (seen.length === 1) return; // never answered
+    req.resume();
+    req.on("end", () => {
+      res.writeHead(202, { "content-type": "application/json" });
+      res.end(JSON.stringify({ event: "e2", type: "task.finished" }));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  try {
+    const bh = new Bulkhead({ endpoint: `http://127.0.0.1:${port}/hooks/v1/agents/a1/events`, secret: SECRET, timeoutMs: 200, sleep: async () => {} });
+    assert.equal((await bh.send("task.finished", { run: "r1", task: "a", outcome: "succeeded" })).event, "e2");
+    assert.equal(seen.length, 2);
+    assert.equal(seen[0], seen[1]);
+    const once = new Bulkhead({ endpoint: `http://127.0.0.1:${port}/hooks/v1/agents/a1/events`, secret: SECRET, timeoutMs: 200, retry: { attempts: 1 } });
+    seen.length = 0;
+    await assert.rejects(once.send("task.finished", { run: "r1", task: "a", outcome: "succeeded" }), /no answer within 200 ms/);
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
+test("a batch larger than the server's limit goes in requests within it; an event too large for one is refused", async () => {
+  const server = await fake(Array.from({ length: 10 }, () => resultsFor));
+  try {
+    const bh = new Bulkhead({ endpoint: `${server.base}/hooks/v1/agents/a1/events`, secret: SECRET, sleep: async () => {} });
+    const batch = bh.batch({ maxBytes: 200_000 });
+    const claim = (n: number, size: number) => ({ run: "r", task: "a", claim: { key: `k${n}`, statement: "s".repeat(size) } });
+    const ids = [0, 1, 2, 3, 4, 5, 6].map((n) => batch.add("claim.posted", claim(n, 60_000)));
+    await batch.flush();
+    assert.deepEqual(server.seen.map((s) => Buffer.byteLength(s.body) <= 200_000), [true, true, true]);
+    assert.deepEqual(server.seen.flatMap((s) => eventsOf(s).map((e) => e.id)), ids);
+    assert.deepEqual(batch.results.map((r) => r.id), ids);
+    assert.throws(() => batch.add("claim.posted", claim(9, 300_000)), /more than a batch of 200000 bytes holds: send it on its own/);
+    assert.equal(batch.size, 0);
+  } finally {
+    server.close();
+  }
+});
