@@ -3,6 +3,7 @@
 `fleet.event_json` reads the body as strict JSON (`loads`); `parse` validates it here.
 """
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -64,9 +65,33 @@ __all__ = [
     "unstorable",
 ]
 
+# What a key or a name may not hold, since it is shown as it is on pages, in emails' subjects
+# and in CSV files: C0, DEL and C1 controls, the Unicode line and paragraph separators (a break
+# in an email header), and the bidirectional controls that reorder the text after them on a
+# page ("load-bearing" shown as "gnireab-daol").
+UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _printable(value: str) -> str:
+    found = UNPRINTABLE.search(value)
+    if found is not None:
+        raise ValueError(
+            f"must not contain control characters (U+{ord(found.group()):04X} at position "
+            f"{found.start()}): keys and names are shown as they are, on pages, in emails and "
+            "in CSV files"
+        )
+    return value
+
+
 # The lengths are the columns' (runs/models.py, fleet/models.py): longer is a 422, not a 500.
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=False)]
-Label = Annotated[str, StringConstraints(min_length=1, max_length=100)]  # capabilities, groups
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, strip_whitespace=False),
+    AfterValidator(_printable),
+]
+Label = Annotated[  # capabilities, groups, data sources, workspaces
+    str, StringConstraints(min_length=1, max_length=100), AfterValidator(_printable)
+]
 Title = Annotated[str, StringConstraints(max_length=300)]
 Text = Annotated[str, StringConstraints(max_length=5000)]
 
@@ -76,8 +101,6 @@ def _one_path_segment(key: str) -> str:
         raise ValueError(
             "must not contain '/' nor be '.' or '..': it is a segment of the API's URLs"
         )
-    if any(ord(c) < 32 or ord(c) == 127 for c in key):
-        raise ValueError("must not contain control characters")
     return key
 
 

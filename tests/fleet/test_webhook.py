@@ -1059,3 +1059,38 @@ def test_a_value_the_database_will_not_store_is_422_and_writes_nothing(planner, 
         ]
     }
     assert not Run.objects.exists() and not Event.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("char", "name"),
+    [("\u202e", "202E"), ("\u2066", "2066"), ("\u200f", "200F"), ("\u2028", "2028"),
+     ("\u2029", "2029"), ("\x85", "0085"), ("\n", "000A")],
+)  # fmt: skip
+def test_a_key_with_a_character_not_shown_as_itself_is_422_naming_it(planner, coder, char, name):
+    """A right-to-left override in a claim's key reversed the page's text after it; a line
+    separator in a run's key broke every email's subject about it (the reviewer never reached).
+    Run, task and claim keys and capabilities refuse them, naming the field and the character."""
+    bad = f"tier{char}key"
+    declared = planner.post(
+        "run.started",
+        {"run": bad, "tasks": [task("a"), task(bad), task("b", capabilities=[bad])]},
+    )
+    errors = errors_of(declared)
+    assert set(errors) == {"data.run", "data.tasks.1.key", "data.tasks.2.capabilities.0"}
+    assert errors["data.run"] == (
+        f"must not contain control characters (U+{name} at position 4): keys and "
+        "names are shown as they are, on pages, in emails and in CSV files"
+    )
+    assert not Run.objects.exists()
+    start(planner)
+    planner.post("task.started", {"run": "r1", "task": "a", "agent": "coder",
+                                  "attempt": {"prompt_hash": "p", "context_hash": "c"}})  # fmt: skip
+    claimed = coder.post(
+        "claim.posted", {"run": "r1", "task": "a", "claim": {"key": bad, "statement": "s"}}
+    )
+    assert list(errors_of(claimed)) == ["data.claim.key"]
+    fine = coder.post(
+        "claim.posted",
+        {"run": "r1", "task": "a", "claim": {"key": "tarif-ü-\u05d0\u05d1", "statement": "s"}},
+    )
+    assert fine.status_code == 202, fine.content  # letters of any script are keys' own
