@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from escalations import services
 from escalations.views.packet import packet_action
-from escalations.views.pages import HtmxHttpRequest, login_required
+from escalations.views.pages import HtmxHttpRequest, login_required, row_id
 
 
 def acts_on_packet(view: Any) -> Any:
@@ -48,7 +48,7 @@ def shown_packet(value: str | None) -> int | None:
     not say (a script's), and 0, which names no packet, for anything that is not an id."""
     if value is None:
         return None
-    return int(value) if value.isdigit() else 0
+    return row_id(value) or 0
 
 
 @login_required
@@ -106,7 +106,7 @@ def split(request: HtmxHttpRequest, escalation_id: int) -> HttpResponse:
         escalation_id,
         "split",
         lambda e: services.escalation_split(
-            escalation=e, reviewer=request.user, task_id=int(task) if task.isdigit() else 0
+            escalation=e, reviewer=request.user, task_id=row_id(task) or 0
         ),
         anchor="waiting",
     )

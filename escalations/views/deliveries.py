@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 from escalations.models import Message
 from escalations.selectors.queue import visible_escalations
 from escalations.services.messages import shown_target
+from escalations.views.pages import row_id
 from fleet.models import Delivery
 from fleet.selectors import delivery_log
 
@@ -26,7 +27,7 @@ def deliveries(request: HttpRequest) -> HttpResponse:
         request.user,
         fleet=request.GET.get("fleet", ""),
         status=status,
-        before=int(before) if before.isdigit() else None,
+        before=row_id(before),
     )
     query = {k: v for k, v in (("fleet", request.GET.get("fleet", "")), ("status", status)) if v}
     context = {**log, "status": status, "fleet": query.get("fleet", ""), "query": query}

@@ -33,6 +33,15 @@ def login_required(view: Any) -> Any:
     return wrapper
 
 
+def row_id(value: str) -> int | None:
+    """A form's or an address's id, if it is one a table can hold: ASCII digits below 2**63
+    (`"²".isdigit()` is true, and `int("²")` fails; a longer number overflows the column)."""
+    if not (value.isascii() and value.isdecimal()) or len(value) > 19:
+        return None
+    number = int(value)
+    return number if number < 2**63 else None
+
+
 def poll_seconds() -> int:
     return int(getattr(settings, "DESK_POLL_SECONDS", 5))
 

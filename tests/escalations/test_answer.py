@@ -332,10 +332,11 @@ def test_an_answer_to_a_packet_the_agent_has_replaced_since_is_refused(desk, ali
     assert Answer.objects.get(escalation=escalation).text == "No"
 
 
-def test_a_packet_field_that_names_no_packet_is_refused_as_stale(desk, alice):
+@pytest.mark.parametrize("packet", ["not-a-number", "²", "9" * 30])
+def test_a_packet_field_that_names_no_packet_is_refused_as_stale(desk, alice, packet):
     escalation = desk.escalate()
-    response = answer(signed_in(alice), escalation, text="Yes", packet="not-a-number")
-    assert response.status_code == 409
+    response = answer(signed_in(alice), escalation, text="Yes", packet=packet)
+    assert response.status_code == 409  # "²" (a digit to isdigit) and 30 digits were 500s
     assert not Answer.objects.filter(escalation=escalation).exists()
 
 

@@ -63,6 +63,16 @@ def test_it_filters_by_status_and_pages_back_in_time(client, bob, fleet, setting
     assert ">r3<" in second and "Older deliveries" not in second
 
 
+@pytest.mark.parametrize("before", ["²", "٣", "9" * 30, "-1"])
+def test_a_before_that_is_no_delivery_id_shows_the_first_page(client, bob, fleet, before):
+    """ "²" passed isdigit and failed int(); 30 digits overflowed the column: both were 500s."""
+    delivery(fleet, run="r1", task="push")
+    client.force_login(bob)
+    response = client.get("/deliveries/", {"before": before})
+    assert response.status_code == 200
+    assert "r1 / push" in response.content.decode()
+
+
 def test_a_disabled_endpoint_says_why(client, bob, fleet):
     fleet.callback_disabled_at = timezone.now()
     fleet.callback_disabled_reason = "the receiver answered 410 Gone"

@@ -233,6 +233,20 @@ def test_a_reviewer_splits_off_a_task_whose_question_only_looks_alike(desk, alic
     assert "not waiting on this escalation" in refused.content.decode()
 
 
+@pytest.mark.parametrize("task", ["²", "٣", "9" * 30])
+def test_a_split_of_a_task_that_is_not_an_id_is_refused_not_a_500(desk, alice, task):
+    """ "²".isdigit() is true and int("²") fails; 30 digits overflow the column: both were 500s."""
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    submit(desk, "r-coder")
+    refused = signed_in(alice).post(
+        f"/escalations/{shared}/split/", {"task": task}, HTTP_HX_REQUEST="true"
+    )
+    assert refused.status_code == 409
+    assert "not waiting on this escalation" in refused.content.decode()
+    assert JoinedTask.objects.get().left_at is None
+
+
 def test_aborting_the_escalations_task_hands_the_joined_tasks_a_new_escalation(desk, alice):
     three_runs(desk)
     shared = submit(desk, "r-planner").json()["escalation"]
