@@ -8,6 +8,9 @@ from runs.frontier import CLAIM_STATUSES, CONFIDENCES, EFFECTS, ROLES, ClaimView
 from runs.graph import check_graph
 
 LAB_POLICIES: Final = ("global_halt", "scoped", "naive")
+# An outage's start and length, in steps: a run takes as many steps as it has tasks at most, and
+# the simulation walks every step of the outage (a billion of them would never end).
+MAX_STEPS: Final = 10_000
 KINDS: Final = ("independent", "all_blocked", "barrier", "naive_control", "annotation_fault")
 # A scenario's category: the kind of case it is in the study's design (a naive control is a
 # kind a case of any category can also be).
@@ -196,10 +199,10 @@ def _outage(value: object, known: set[str], errors: list[str]) -> Outage | None:
     for capability in names:
         if not isinstance(capability, str) or capability not in known:
             errors.append(f"{where}: {capability!r} is not a declared capability")
-    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-        errors.append("outage.start: a step number, 0 or more")
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        errors.append("outage.steps: a number of steps, 1 or more")
+    if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= MAX_STEPS:
+        errors.append(f"outage.start: a whole step number, 0 to {MAX_STEPS:,}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
+        errors.append(f"outage.steps: a whole number of steps, 1 to {MAX_STEPS:,}")
     if errors:
         return None
     assert isinstance(start, int) and isinstance(steps, int)
@@ -215,6 +218,9 @@ def _tasks(value: object, known: set[str], errors: list[str]) -> dict[str, TaskN
         where = f"tasks.{i}"
         if not isinstance(task, dict) or not isinstance(task.get("key"), str) or not task["key"]:
             errors.append(f"{where}.key: required, a non-empty string")
+            continue
+        if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in task["key"]):
+            errors.append(f"{where}.key: must not contain control characters")
             continue
         errors += [f"{where}.{k}: unknown field" for k in sorted(set(task) - TASK_FIELDS)]
         node = _node(task, where, known, errors)

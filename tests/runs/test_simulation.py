@@ -242,7 +242,7 @@ def test_it_names_every_bad_field_of_a_scenario() -> None:
         "roles.authority: 'pager' is not a declared capability",
         "roles.owner: unknown role (one of authority, observability, rollback)",
         "outage.capability: 'vpn' is not a declared capability",
-        "outage.steps: a number of steps, 1 or more",
+        "outage.steps: a whole number of steps, 1 to 10,000",
         "tasks.0.colour: unknown field",
         "tasks.0.capabilities: 'vpn' is not a declared capability",
         "tasks.0.effect: one of none, reversible, external",
@@ -251,6 +251,30 @@ def test_it_names_every_bad_field_of_a_scenario() -> None:
         "expect.kinds: unknown kind 'chaos'",
         "expect.held: a barrier case names the tasks scoped must hold",
     ]
+
+
+@pytest.mark.parametrize(
+    ("outage", "error"),
+    [
+        ({"steps": 10**12}, "outage.steps: a whole number of steps, 1 to 10,000"),
+        ({"steps": 2.5}, "outage.steps: a whole number of steps, 1 to 10,000"),
+        ({"steps": 3, "start": 10**9}, "outage.start: a whole step number, 0 to 10,000"),
+        ({"steps": 3, "start": -1}, "outage.start: a whole step number, 0 to 10,000"),
+    ],
+)
+def test_an_outage_beyond_the_steps_it_can_walk_is_refused(outage, error) -> None:
+    """A trillion steps never finished (the simulation walks each): a clear error instead."""
+    data = scenario(outage={"capability": "forge", **outage})
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(data, name="huge")
+    assert raised.value.errors == [error]
+
+
+def test_a_task_key_with_a_control_character_is_refused_naming_it() -> None:
+    data = scenario(tasks=[{"key": "fix\x00bug"}, {"key": "b", "prerequisites": ["fix\x00bug"]}])
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(data, name="nul")
+    assert raised.value.errors[0] == "tasks.0.key: must not contain control characters"
 
 
 def test_it_rejects_a_cycle_hidden_or_declared() -> None:
