@@ -37,7 +37,9 @@ def what_if(request: HttpRequest, run_id: int) -> HttpResponse:
     else:
         context["result"] = result
         context["rows"] = [(LABELS[p], result["policies"][p]) for p in LABELS]
-        context["query"] = urlencode({"down": ",".join(result["down"]), "steps": result["steps"]})
+        context["query"] = urlencode(  # the run's own fleet: a key may be in several
+            {"down": ",".join(result["down"]), "steps": result["steps"], "fleet": found.fleet.name}
+        )
     return render(
         request, "escalations/what_if.html", {"run": found, "what_if": context}, status=status
     )

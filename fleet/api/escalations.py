@@ -12,7 +12,7 @@ from escalations.routing import overdue
 from escalations.selectors.runs import escalation_rows, missing_and_note
 from escalations.selectors.waiting import outcome_of, tasks_waiting
 from fleet.api.access import fleet_ids
-from fleet.api.runs import get_run
+from fleet.api.runs import FLEET, RUN_ERRORS, get_run
 from fleet.api.schemas import ERRORS, Errors, EscalationOut, EscalationRow
 
 router = Router(tags=["escalations"])
@@ -75,8 +75,10 @@ def escalation_detail(request: HttpRequest, escalation_id: int) -> dict[str, Any
 
 @router.get(
     "/runs/{run}/escalations",
-    response={200: list[EscalationRow], **ERRORS},
+    response={200: list[EscalationRow], **RUN_ERRORS},
     summary="The run's escalations, newest first: what each waits on, and its answer",
 )
-def run_escalations(request: HttpRequest, run: str) -> list[dict[str, Any]]:
-    return escalation_rows(get_run(request, run))
+def run_escalations(
+    request: HttpRequest, run: str, fleet: str | None = FLEET
+) -> list[dict[str, Any]]:
+    return escalation_rows(get_run(request, run, fleet))

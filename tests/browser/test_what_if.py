@@ -65,7 +65,7 @@ def test_the_what_if_page_and_api_agree_with_the_lab_on_the_forge_outage(screens
     assert not screen.problems, screen.problems
     # The page's link to the same comparison in the API, read with the page's session.
     href = page.get_by_role("link", name="the API").get_attribute("href")
-    assert href == f"/api/v1/runs/{run.key}/what-if?down=forge&steps=3"
+    assert href == f"/api/v1/runs/{run.key}/what-if?down=forge&steps=3&fleet={run.fleet.name}"
     body = json.loads(page.request.get(href).text())
     assert body["policies"]["scoped"]["useful_tasks"] == 4
     assert body["policies"]["global_halt"]["useful_tasks"] == 0

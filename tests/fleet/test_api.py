@@ -3,6 +3,7 @@
 import pytest
 
 from fleet import services
+from fleet.models import ApiToken
 from tests.conftest import make_sender, task
 
 pytestmark = pytest.mark.django_db
@@ -148,3 +149,38 @@ def test_the_what_ifs_capabilities_and_steps_are_documented_as_required(client):
     asked = {p["name"]: p for p in parameters if p["in"] == "query"}
     assert asked["down"]["required"] is True and asked["steps"]["required"] is True
     assert "default" not in asked["down"]["schema"] and "default" not in asked["steps"]["schema"]
+
+
+def test_a_person_in_two_fleets_names_the_fleet_of_a_run_key_both_have(client, planner, coder):
+    """Before, the API answered with one of the two runs, whichever the database gave first:
+    the what-if page's link then answered for the other fleet's run."""
+    other = services.fleet_create(name="zeta")
+    zeta = make_sender(client, other, "zplanner", orchestrator=True)
+    planner.post("run.started", {"run": "same", "title": "Acme's", "tasks": [task("a")]})
+    zeta.post(
+        "run.started", {"run": "same", "title": "Zeta's", "tasks": [task("z", agent="zplanner")]}
+    )
+    both, _ = services.member_add(username="both", fleet=planner.agent.fleet, role="manager")
+    services.member_add(username="both", fleet=other, role="manager")
+    client.force_login(both)
+
+    ambiguous = client.get("/api/v1/runs/same")
+    assert ambiguous.status_code == 409
+    assert ambiguous.json()["errors"][0]["msg"] == (
+        "run 'same' is in several of your fleets (acme, zeta): name one with ?fleet=<name>"
+    )
+    assert client.get("/api/v1/runs/same/frontier").status_code == 409
+    assert client.get("/api/v1/runs/same", {"fleet": "zeta"}).json()["title"] == "Zeta's"
+    assert client.get("/api/v1/runs/same", {"fleet": "acme"}).json()["title"] == "Acme's"
+    frontier = client.get("/api/v1/runs/same/frontier", {"fleet": "zeta"}).json()
+    assert frontier["ready"] == ["z"]
+    context = client.get("/api/v1/runs/same/tasks/z/context", {"fleet": "zeta"})
+    assert context.status_code == 200
+    assert client.get("/api/v1/runs/same/escalations", {"fleet": "zeta"}).json() == []
+    unknown = client.get("/api/v1/runs/same", {"fleet": "nowhere"})
+    assert unknown.status_code == 404
+    assert unknown.json()["errors"][0]["msg"] == "no run 'same' in fleet 'nowhere'"
+    # An agent's token reads its own fleet's run, never the other's.
+    token = ApiToken.issue(zeta.agent)[1]
+    assert get(client, "/api/v1/runs/same", token).json()["title"] == "Zeta's"
+    assert get(client, "/api/v1/runs/same?fleet=acme", token).status_code == 404

@@ -2909,7 +2909,10 @@ export type $defs = Record<string, never>;
 export interface operations {
     fleet_api_runs_run_detail: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The fleet's name: needed only by a person in several fleets that each have a run with this key (an agent's token reads its own fleet). */
+                fleet?: string | null;
+            };
             header?: never;
             path: {
                 run: string;
@@ -2945,11 +2948,23 @@ export interface operations {
                     "application/json": components["schemas"]["Errors"];
                 };
             };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
         };
     };
     fleet_api_runs_run_frontier: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The fleet's name: needed only by a person in several fleets that each have a run with this key (an agent's token reads its own fleet). */
+                fleet?: string | null;
+            };
             header?: never;
             path: {
                 run: string;
@@ -2985,6 +3000,15 @@ export interface operations {
                     "application/json": components["schemas"]["Errors"];
                 };
             };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
         };
     };
     fleet_api_runs_run_what_if: {
@@ -2993,6 +3017,8 @@ export interface operations {
                 /** @description A capability to take down; repeat it or separate with commas. */
                 down: string[];
                 steps: string;
+                /** @description The fleet's name: needed only by a person in several fleets that each have a run with this key (an agent's token reads its own fleet). */
+                fleet?: string | null;
             };
             header?: never;
             path: {
@@ -3029,6 +3055,15 @@ export interface operations {
                     "application/json": components["schemas"]["Errors"];
                 };
             };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
             /** @description Unprocessable Content */
             422: {
                 headers: {
@@ -3042,7 +3077,10 @@ export interface operations {
     };
     fleet_api_runs_task_context: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The fleet's name: needed only by a person in several fleets that each have a run with this key (an agent's token reads its own fleet). */
+                fleet?: string | null;
+            };
             header?: never;
             path: {
                 run: string;
@@ -3072,6 +3110,15 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3132,7 +3179,10 @@ export interface operations {
     };
     fleet_api_escalations_run_escalations: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The fleet's name: needed only by a person in several fleets that each have a run with this key (an agent's token reads its own fleet). */
+                fleet?: string | null;
+            };
             header?: never;
             path: {
                 run: string;
@@ -3161,6 +3211,15 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Errors"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
