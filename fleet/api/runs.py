@@ -3,7 +3,7 @@
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Query, Router
+from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from escalations.selectors import runs as selectors
@@ -19,7 +19,7 @@ FLEET = Query(
     description="The fleet's name: needed only by a person in several fleets that each have a "
     "run with this key (an agent's token reads its own fleet).",
 )
-RUN_ERRORS: dict[int, type[Errors]] = {**ERRORS, 409: Errors}
+RUN_ERRORS: dict[int, type[Schema]] = {**ERRORS, 409: Errors}
 
 
 def get_run(request: HttpRequest, key: str, fleet: str | None = None) -> Run:
