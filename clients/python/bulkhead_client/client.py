@@ -68,6 +68,20 @@ class PreparedEvent:
         return dict(json.loads(self.body))
 
 
+SKEW_HINT_S = 240  # the server allows 5 minutes; a clock this far off is worth saying
+
+
+def clock_skew(date: str | None, now: float) -> float | None:
+    """Seconds this machine's clock is ahead of the server's, by its Date header (None without
+    one: the header has whole seconds, enough to tell minutes)."""
+    if not date:
+        return None
+    try:
+        return now - parsedate_to_datetime(date).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 def retry_after(value: str | None, now: float) -> float | None:
     """Seconds the server asked to wait (delta-seconds or an HTTP date), if it said."""
     if not value:
@@ -236,7 +250,15 @@ class Bulkhead:
         errors, body = errors_of(response)
         status = response.status_code
         if status == 401:
-            return Unauthorized(status, errors, body=body)
+            refused = Unauthorized(status, errors, body=body)
+            refused.clock_skew = clock_skew(response.headers.get("date"), self.clock())
+            if refused.clock_skew is not None and abs(refused.clock_skew) > SKEW_HINT_S:
+                refused.add_note(
+                    f"this machine's clock is {refused.clock_skew:+.0f} s from the server's (its "
+                    "Date header): a webhook-timestamp more than 5 minutes off is refused, so "
+                    "set the clock right (NTP)"
+                )
+            return refused
         if status == 409 and any(e.get("loc") == "blockers" for e in errors):
             return Blocked(status, errors, body=body)
         return Refused(status, errors, body=body)

@@ -34,7 +34,11 @@ class Refused(BulkheadError):
 
 class Unauthorized(Refused):
     """401: a wrong secret or token, a webhook-timestamp off by more than 5 minutes, an unknown
-    agent (Bulkhead answers them alike)."""
+    agent (Bulkhead answers them alike). `clock_skew`: seconds this machine's clock is ahead of
+    the server's, read from its Date header (None without one); more than 4 minutes adds a note
+    saying so."""
+
+    clock_skew: float | None = None
 
 
 class Blocked(Refused):

@@ -199,3 +199,23 @@ def test_reads_send_the_token_and_retry_a_503(fake, sleeps):
     assert frontier.ready == ["a"] and frontier.deferred[0].blockers == ["prerequisite:a"]
     assert fake.seen[-1].path == "/api/v1/runs/r%201/frontier"
     assert fake.seen[-1].headers["authorization"] == "Bearer bhk_t"
+
+
+def test_a_401_says_when_this_machines_clock_is_minutes_off_the_servers(fake, sleeps):
+    """A skewed clock and a wrong secret get the same 401 (the server tells nothing apart); the
+    server's Date header lets the client say which it likely is."""
+    from email.utils import formatdate
+
+    refusal = {"errors": [{"loc": "webhook-signature", "msg": "authentication failed"}]}
+    bh = client(fake, sleeps)
+    server_now = bh.clock() - 600  # this machine is 10 minutes ahead
+    fake.script = [(401, {"Date": formatdate(server_now, usegmt=True)}, refusal)]
+    with pytest.raises(Unauthorized) as skewed:
+        bh.send("capability.changed", {"capability": "forge", "status": "up"})
+    assert 595 <= skewed.value.clock_skew <= 605
+    assert "clock is +60" in skewed.value.__notes__[0]
+    fake.script = [(401, {"Date": formatdate(bh.clock(), usegmt=True)}, refusal)]
+    with pytest.raises(Unauthorized) as wrong_secret:
+        bh.send("capability.changed", {"capability": "forge", "status": "up"})
+    assert abs(wrong_secret.value.clock_skew) < 5
+    assert not getattr(wrong_secret.value, "__notes__", [])

@@ -160,7 +160,7 @@ export class Bulkhead {
       });
     }, event);
     if (response.ok) return response;
-    throw await refusal(response);
+    throw await refusal(response, this.now());
   }
 
   private async withRetries(what: string, call: () => Promise<Response>, event?: PreparedEvent): Promise<Response> {
@@ -209,7 +209,7 @@ export class Bulkhead {
     const response = await this.withRetries(`GET ${path}`, () =>
       this.fetch(url, { headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(this.timeoutMs) }),
     );
-    if (!response.ok) throw await refusal(response);
+    if (!response.ok) throw await refusal(response, this.now());
     return (await response.json()) as T;
   }
 
@@ -263,7 +263,7 @@ function newId(prefix: string): string {
   return `${prefix}_${randomUUID().replaceAll("-", "")}`;
 }
 
-async function refusal(response: Response): Promise<Refused> {
+async function refusal(response: Response, nowMs: number): Promise<Refused> {
   const text = await response.text();
   let body: unknown = text;
   let errors: ErrorItem[] = [{ loc: "body", msg: text.slice(0, 500) }];
@@ -274,7 +274,11 @@ async function refusal(response: Response): Promise<Refused> {
   } catch {
     // not JSON: the text is the error
   }
-  if (response.status === 401) return new Unauthorized(401, errors, body);
+  if (response.status === 401) {
+    const date = Date.parse(response.headers.get("date") ?? "");
+    const skewMs = Number.isNaN(date) ? null : nowMs - date;
+    return new Unauthorized(401, errors, body, skewMs);
+  }
   if (response.status === 409 && errors.some((e) => e.loc === "blockers")) return new Blocked(409, errors, body);
   return new Refused(response.status, errors, body);
 }

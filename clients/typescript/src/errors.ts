@@ -24,8 +24,23 @@ export class Refused extends BulkheadError {
   }
 }
 
-/** 401: a wrong secret or token, a stale webhook-timestamp, an unknown agent. */
-export class Unauthorized extends Refused {}
+/** 401: a wrong secret or token, a stale webhook-timestamp, an unknown agent (the server answers
+ * them alike). `clockSkewMs`: how far this machine's clock is ahead of the server's, by its Date
+ * header (null without one); more than 4 minutes is said in the message. */
+export class Unauthorized extends Refused {
+  constructor(
+    status: number,
+    errors: ErrorItem[],
+    body?: unknown,
+    readonly clockSkewMs: number | null = null,
+  ) {
+    super(status, errors, body);
+    if (clockSkewMs !== null && Math.abs(clockSkewMs) > 240_000) {
+      const seconds = Math.round(clockSkewMs / 1000);
+      this.message += `; this machine's clock is ${seconds > 0 ? "+" : ""}${seconds} s from the server's (its Date header): a webhook-timestamp more than 5 minutes off is refused, so set the clock right (NTP)`;
+    }
+  }
+}
 
 /** 409 from task.started: `blockers` are the typed blockers, `reasons` say why beside them. */
 export class Blocked extends Refused {

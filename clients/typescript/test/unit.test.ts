@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { BatchRefused, Blocked, Bulkhead, Refused, RetriesExhausted, canonicalJson, fileLines, httpExchange, payloadHash, pythonNumber, queryResult, shellWords, sign, testCommand } from "../src/index.js";
+import { BatchRefused, Blocked, Bulkhead, Refused, RetriesExhausted, Unauthorized, canonicalJson, fileLines, httpExchange, payloadHash, pythonNumber, queryResult, shellWords, sign, testCommand } from "../src/index.js";
 
 const SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -347,6 +347,21 @@ test("a batch larger than the server's limit goes in requests within it; an even
     assert.deepEqual(batch.results.map((r) => r.id), ids);
     assert.throws(() => batch.add("claim.posted", claim(9, 300_000)), /more than a batch of 200000 bytes holds: send it on its own/);
     assert.equal(batch.size, 0);
+  } finally {
+    server.close();
+  }
+});
+
+test("a 401 says when this machine's clock is minutes off the server's", async () => {
+  const refusal = { errors: [{ loc: "webhook-signature", msg: "authentication failed" }] };
+  const ahead = Date.now() - 600_000; // the server's clock: this machine is 10 minutes ahead
+  const server = await fake([[401, { date: new Date(ahead).toUTCString() }, refusal], [401, { date: new Date().toUTCString() }, refusal]]);
+  try {
+    const bh = new Bulkhead({ endpoint: `${server.base}/hooks/v1/agents/a1/events`, secret: SECRET, sleep: async () => {} });
+    await assert.rejects(bh.send("capability.changed", { capability: "f", status: "up" }), (e: unknown) =>
+      e instanceof Unauthorized && e.clockSkewMs !== null && Math.abs(e.clockSkewMs - 600_000) < 5_000 && /clock is \+60\d s from the server's/.test(e.message));
+    await assert.rejects(bh.send("capability.changed", { capability: "f", status: "up" }), (e: unknown) =>
+      e instanceof Unauthorized && !/clock is/.test(e.message));
   } finally {
     server.close();
   }
