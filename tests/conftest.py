@@ -217,6 +217,17 @@ def browser(alice: Any) -> Client:
 HANG = "hang"
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A script entry with a body: sent at once, or `slowly` (its headers at once, then one byte
+    every `slowly` seconds until the body ends or the receiver is released)."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    slowly: float = 0.0
+
+
 @dataclass
 class Received:
     webhook_id: str
@@ -231,7 +242,8 @@ class Received:
 class Receiver:
     """A fleet's callback: verifies each signature and answers from a script (then 200).
 
-    A script entry is a status, (status, headers), or HANG: hold the request until released.
+    A script entry is a status, (status, headers), an `Answer` (with a body), or HANG: hold the
+    request until released.
     `stop()` closes the port (the receiver is down: connections are refused); `start()` opens
     the same port again. With `keep_alive` it speaks HTTP/1.1 and keeps connections open.
     """
@@ -240,6 +252,7 @@ class Receiver:
         self.keep_alive = keep_alive
         self.secret = ""
         self.received: list[Received] = []
+        self.body_bytes_sent = 0  # of the answers' bodies, as far as the sender took them
         self.script: list[Any] = []
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -281,14 +294,24 @@ class Receiver:
                 if step == HANG:
                     receiver.release.wait(60)
                     step = 200
-                status, extra = step if isinstance(step, tuple) else (step, {})
+                if not isinstance(step, Answer):
+                    status, extra = step if isinstance(step, tuple) else (step, {})
+                    step = Answer(status, b"ok", extra)
                 try:
-                    self.send_response(status)
-                    for name, value in extra.items():
+                    self.send_response(step.status)
+                    for name, value in step.headers.items():
                         self.send_header(name, value)
-                    self.send_header("content-length", "2")
+                    self.send_header("content-length", str(len(step.body)))
                     self.end_headers()
-                    self.wfile.write(b"ok")
+                    if not step.slowly:
+                        self.wfile.write(step.body)
+                        receiver.body_bytes_sent += len(step.body)
+                    for i in range(len(step.body) if step.slowly else 0):
+                        self.wfile.write(step.body[i : i + 1])
+                        self.wfile.flush()
+                        receiver.body_bytes_sent += 1
+                        if receiver.release.wait(step.slowly):
+                            break
                 except OSError:
                     pass  # the sender went away while we held it
 

@@ -1,5 +1,7 @@
 """Outbound notifications against a real HTTP receiver on loopback: signed, retried, never lost."""
 
+import socket
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from email.utils import format_datetime
@@ -16,7 +18,7 @@ from fleet.broker import countdown
 from fleet.models import Delivery, DeliveryAttempt, Fleet
 from fleet.outbox import notify
 from fleet.tasks import reconcile
-from tests.conftest import HANG, Receiver, eventually, hook, receiving, task
+from tests.conftest import HANG, Answer, Receiver, eventually, hook, receiving, task
 
 pytestmark = pytest.mark.django_db
 
@@ -174,6 +176,14 @@ def test_a_gone_receiver_disables_the_endpoint(hooked, receiver):
     assert gone.webhook_id in hooked.callback_disabled_reason
     waiting.refresh_from_db()
     assert waiting.status == "disabled"  # nothing else goes to an endpoint that is gone
+    # Its last answer is not mixed with another's: what stopped it is the other's 410.
+    assert waiting.last_status_code is None
+    assert waiting.last_error == (
+        f"not sent: the receiver answered 410 Gone to {gone.webhook_id}, "
+        "which disabled the fleet's callback"
+    )
+    [own] = DeliveryAttempt.objects.filter(delivery=waiting)
+    assert own.status_code == 503
     assert notify(hooked, "task.ready", {"run": "r1", "task": "d"}) is None
     make_due(waiting)
     assert deliveries.send(waiting.pk) == "skipped"
@@ -332,6 +342,97 @@ def test_a_redirect_is_not_followed(hooked, receiver):
 
     assert (delivery.status, delivery.last_status_code) == ("pending", 307)
     assert len(receiver.received) == 1
+
+
+def test_a_receiver_that_trickles_its_headers_is_given_up_on_at_the_timeout(hooked, settings):
+    """Each read brings a byte, so no read times out: the whole exchange's deadline ends it."""
+    settings.DELIVERY_TIMEOUT_SECONDS = 1
+    listener = socket.create_server(("127.0.0.1", 0))
+    trickled = []
+    done = threading.Event()
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 400:
+                    conn.sendall(bytes([byte]))
+                    trickled.append(byte)
+                    if done.wait(0.05):
+                        break
+            except OSError:
+                pass
+
+    threading.Thread(target=answer, daemon=True).start()
+    Fleet.objects.filter(pk=hooked.pk).update(
+        callback_url=f"http://127.0.0.1:{listener.getsockname()[1]}/bulkhead"
+    )
+    hooked.refresh_from_db()
+    try:
+        delivery = notify_committed(hooked)
+    finally:
+        done.set()
+        listener.close()
+
+    assert (delivery.status, delivery.last_status_code) == ("pending", None)
+    assert delivery.last_error == "ReadTimeout: no answer within 1 s"
+    assert len(trickled) < 400
+
+
+def test_a_redirect_is_logged_with_where_the_callback_should_point(hooked, receiver):
+    receiver.script = [Answer(308, b"", {"Location": "https://hooks.example.com/new"})]
+
+    delivery = notify_committed(hooked)
+
+    assert delivery.last_error == (
+        "redirects are not followed: set the callback URL to https://hooks.example.com/new"
+    )
+    [logged] = DeliveryAttempt.objects.filter(delivery=delivery)
+    assert (logged.status_code, logged.error) == (308, delivery.last_error)
+
+
+def test_an_error_answer_with_a_nul_byte_is_logged_and_retried(hooked, receiver):
+    receiver.script = [Answer(500, b"boom\x00nul")]
+
+    delivery = notify_committed(hooked)
+
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, 500)
+    assert delivery.last_error == "boom\ufffdnul"
+    [logged] = DeliveryAttempt.objects.filter(delivery=delivery)
+    assert (logged.status_code, logged.error) == (500, "boom\ufffdnul")
+    assert delivery.next_attempt_at > timezone.now()  # backed off, not leased and sent again
+
+
+def test_a_success_whose_body_trickles_in_is_delivered_without_waiting_for_it(
+    hooked, receiver, settings
+):
+    settings.DELIVERY_TIMEOUT_SECONDS = 1
+    receiver.script = [Answer(200, b"x" * 400, slowly=0.05)]
+
+    delivery = notify_committed(hooked)
+
+    assert (delivery.status, delivery.attempts) == ("delivered", 1)
+    [logged] = DeliveryAttempt.objects.filter(delivery=delivery)
+    assert (logged.status_code, logged.error) == (200, "")
+    assert receiver.body_bytes_sent < 400  # the try ended while the body still trickled in
+
+
+def test_an_error_whose_body_trickles_in_is_cut_short_logged_and_backed_off(
+    hooked, receiver, settings
+):
+    settings.DELIVERY_TIMEOUT_SECONDS = 1
+    receiver.script = [Answer(500, b"e" * 400, slowly=0.05)]
+
+    delivery = notify_committed(hooked)
+
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, 500)
+    assert delivery.last_error.startswith("e")
+    assert delivery.last_error.endswith(
+        "(the rest of the answer was not read: it took longer than 1 s)"
+    )
+    assert delivery.next_attempt_at > timezone.now()
+    assert DeliveryAttempt.objects.filter(delivery=delivery).count() == 1
 
 
 def test_a_forked_worker_process_builds_its_own_client(monkeypatch):
