@@ -43,13 +43,16 @@ def refuse_unless_fits(value: str, what: str, max_length: int) -> None:
 
 
 @transaction.atomic
-def fleet_create(*, name: str, callback_url: str = "") -> Fleet:
+def fleet_create(*, name: str, callback_url: str | None = None) -> Fleet:
+    """The fleet, created if new. A callback URL given (the same or a new one) is where its
+    notifications go from now on, enabled again if a 410 Gone disabled it; "" removes it."""
     refuse_unless_fits(name, "the fleet's name", 100)
-    if len(callback_url) > 1000:
+    if callback_url is not None and len(callback_url) > 1000:
         raise ValueError(f"the callback URL is {len(callback_url)} characters; at most 1000")
-    fleet, _ = Fleet.objects.get_or_create(name=name, defaults={"callback_url": callback_url})
-    if callback_url and fleet.callback_url != callback_url:
-        # A new endpoint: one that answered 410 Gone before it no longer holds it disabled.
+    fleet, _ = Fleet.objects.get_or_create(name=name, defaults={"callback_url": callback_url or ""})
+    if callback_url is not None and (
+        fleet.callback_url != callback_url or fleet.callback_disabled_at is not None
+    ):
         fleet.callback_url = callback_url
         fleet.callback_disabled_at = None
         fleet.callback_disabled_reason = ""

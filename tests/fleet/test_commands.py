@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from fleet.models import Agent, ApiToken, Fleet, Membership, VerificationSource, token_digest
+from fleet.outbox import notify
 from runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -29,21 +30,53 @@ def test_fleet_create_prints_the_fleet_and_its_callback_secret():
     assert Fleet.objects.get(name="acme").callback_url == "https://hooks.example.com/bulkhead"
 
 
-def test_a_new_callback_url_enables_an_endpoint_that_a_410_disabled():
+def disabled_by_a_410(name: str) -> None:
     from django.utils import timezone
 
-    run_command("fleet_create", "acme", "--callback-url", "https://old.example.com/hook")
-    Fleet.objects.filter(name="acme").update(
-        callback_disabled_at=timezone.now(), callback_disabled_reason="410 Gone"
+    Fleet.objects.filter(name=name).update(
+        callback_disabled_at=timezone.now(),
+        callback_disabled_reason="the receiver answered 410 Gone to msg_1",
     )
+
+
+def test_a_new_callback_url_enables_an_endpoint_that_a_410_disabled():
     run_command("fleet_create", "acme", "--callback-url", "https://old.example.com/hook")
-    assert Fleet.objects.get(name="acme").callback_disabled_at is not None  # the same: still gone
+    disabled_by_a_410("acme")
 
     printed = run_command("fleet_create", "acme", "--callback-url", "https://new.example.com/hook")
 
     fleet = Fleet.objects.get(name="acme")
     assert printed["callback_url"] == "https://new.example.com/hook"
+    assert (printed["callback_disabled"], printed["callback_enabled_again"]) == (None, True)
     assert (fleet.callback_disabled_at, fleet.callback_disabled_reason) == (None, "")
+
+
+def test_the_same_callback_url_given_again_enables_it_and_says_so():
+    run_command("fleet_create", "acme", "--callback-url", "https://hooks.example.com/hook")
+    disabled_by_a_410("acme")
+    printed = run_command("fleet_create", "acme")  # no URL given: still disabled, and it says why
+    assert printed["callback_disabled"].startswith("the receiver answered 410 Gone to msg_1 at ")
+    assert printed["callback_enabled_again"] is False
+
+    printed = run_command(
+        "fleet_create", "acme", "--callback-url", "https://hooks.example.com/hook"
+    )
+
+    fleet = Fleet.objects.get(name="acme")
+    assert (printed["callback_disabled"], printed["callback_enabled_again"]) == (None, True)
+    assert fleet.callback_disabled_at is None
+    assert notify(fleet, "task.ready", {"run": "r1", "task": "a"}) is not None
+
+
+def test_an_empty_callback_url_removes_the_callback():
+    run_command("fleet_create", "acme", "--callback-url", "https://hooks.example.com/hook")
+
+    printed = run_command("fleet_create", "acme", "--callback-url", "")
+
+    assert printed["callback_url"] is None
+    assert Fleet.objects.get(name="acme").callback_url == ""
+    run_command("fleet_create", "acme")  # not given: unchanged
+    assert Fleet.objects.get(name="acme").callback_url == ""
 
 
 def test_fleet_create_sets_whether_unnamed_roles_stop_external_effects():

@@ -1,5 +1,6 @@
 """fleet_create NAME [--callback-url URL] [--unnamed-roles-stop | --no-unnamed-roles-stop]:
-create a fleet (or update its callback URL and its setting)."""
+create a fleet (or update its callback URL and its setting). A callback URL given, the same or a
+new one, enables a callback that a 410 Gone disabled; `--callback-url ''` removes it."""
 
 import argparse
 
@@ -10,6 +11,7 @@ from django.db import transaction
 
 from fleet import services
 from fleet.management.commands._output import emit
+from fleet.models import Fleet
 from runs.capabilities import unnamed_roles_stop_set
 
 
@@ -18,7 +20,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("name")
-        parser.add_argument("--callback-url", default="")
+        parser.add_argument(
+            "--callback-url",
+            default=None,
+            help="Where the fleet's notifications are sent; giving it (the same URL too) enables "
+            "a callback a 410 Gone disabled; '' removes the callback.",
+        )
         parser.add_argument(
             "--unnamed-roles-stop",
             action=argparse.BooleanOptionalAction,
@@ -28,7 +35,12 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args, name: str, callback_url: str, unnamed_roles_stop: bool | None, **options
+        self,
+        *args,
+        name: str,
+        callback_url: str | None,
+        unnamed_roles_stop: bool | None,
+        **options,
     ):  # type: ignore[no-untyped-def]
         try:
             validate_slug(name)
@@ -38,6 +50,9 @@ class Command(BaseCommand):
             raise CommandError(f"{exc.messages[0]} ({callback_url or name})") from exc
         try:
             with transaction.atomic():
+                was_disabled = Fleet.objects.filter(
+                    name=name, callback_disabled_at__isnull=False
+                ).exists()
                 fleet = services.fleet_create(name=name, callback_url=callback_url)
                 if unnamed_roles_stop is not None:
                     fleet = unnamed_roles_stop_set(fleet=fleet, on=unnamed_roles_stop)
@@ -49,6 +64,13 @@ class Command(BaseCommand):
                 "fleet": fleet.name,
                 "callback_url": fleet.callback_url or None,
                 "callback_secret": fleet.callback_secret,
+                # Why nothing is sent to it, while a 410 Gone keeps it disabled.
+                "callback_disabled": (
+                    f"{fleet.callback_disabled_reason} at {fleet.callback_disabled_at.isoformat()}"
+                    if fleet.callback_disabled_at
+                    else None
+                ),
+                "callback_enabled_again": was_disabled and fleet.callback_disabled_at is None,
                 "unnamed_roles_stop": fleet.unnamed_roles_stop,
             },
         )
