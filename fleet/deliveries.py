@@ -74,10 +74,10 @@ def lease_s(timeout: float) -> float:
     return 3 * timeout + 30
 
 
-def backoff(attempts: int, rng: random.Random | None = None) -> float:
+def backoff(attempts: int, rng: random.Random | None = None, *, cap: float = MAX_DELAY_S) -> float:
     """Exponential backoff with jitter: the wait before the next try, after `attempts` tries."""
     rng = rng or random.Random()
-    delay = min(MAX_DELAY_S, BASE_DELAY_S * 2 ** min(max(0, attempts - 1), 32))
+    delay = min(cap, BASE_DELAY_S * 2 ** min(max(0, attempts - 1), 32))
     return delay * (0.5 + rng.random() / 2)
 
 

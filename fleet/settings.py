@@ -304,7 +304,12 @@ else:
     }
 # How long a link in a message about an escalation opens its packet page (after sign-in).
 ESCALATION_LINK_MAX_AGE_SECONDS = envint("ESCALATION_LINK_MAX_AGE_SECONDS", str(7 * 24 * 3600))
-ESCALATION_MESSAGE_MAX_ATTEMPTS = envint("ESCALATION_MESSAGE_MAX_ATTEMPTS", "8")
+# An email or chat message is retried (backoff up to 5 minutes) for this long, then failed; a
+# number of tries fails it sooner when set (0: no such limit).
+ESCALATION_MESSAGE_RETRY_WINDOW_SECONDS = envint(
+    "ESCALATION_MESSAGE_RETRY_WINDOW_SECONDS", str(24 * 3600)
+)
+ESCALATION_MESSAGE_MAX_ATTEMPTS = envint("ESCALATION_MESSAGE_MAX_ATTEMPTS", "0")
 
 LOGGING = {
     "version": 1,

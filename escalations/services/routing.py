@@ -187,8 +187,8 @@ def announce(escalation: Escalation, decided: Routed, *, at: datetime) -> None:
     messages.queue_many(
         escalation,
         [
-            ("opened", decided.channels),
-            ("assigned", decided.reviewer.targets if decided.reviewer else ()),
+            ("opened", decided.channels, ""),
+            ("assigned", decided.reviewer.targets if decided.reviewer else (), ""),
         ],
         at=at,
     )
@@ -322,7 +322,14 @@ def escalation_hand_off(*, escalation: Escalation, by: Any, to: str, note: str) 
         by_user=by,
         note=note,
     )
-    messages.queue_messages(escalation, "handed-off", users=[target], at=now)
+    messages.queue_messages(
+        escalation,
+        "handed-off",
+        users=[target],
+        at=now,
+        headline=f"Handed to you by {by.get_username()}",
+        note=note,
+    )
     return escalation
 
 
@@ -430,11 +437,17 @@ def move_up(escalation: Escalation, tier: int, now: datetime) -> None:
         note = f"Overdue at tier {tier - 1}: moved to pool {pool.name}" + (
             f", assigned to {assignee.get_username()}." if assignee else "; everyone in it is away."
         )
+        moved_to = f"pool {pool.name}" + (
+            f", assigned to {assignee.get_username()}" if assignee else " (everyone in it is away)"
+        )
     else:
         assignee = None
         escalation.pool = None
         users = managers_of(escalation.fleet_id)
         note = f"Overdue at tier {tier - 1}: moved to the fleet's managers."
+        moved_to = "the fleet's managers" + (
+            f" ({', '.join(sorted(u.get_username() for u in users))})" if users else ""
+        )
     escalation.assignee = assignee
     escalation.save(update_fields=["tier", "pool", "assignee"])
     Assignment.objects.create(
@@ -446,7 +459,14 @@ def move_up(escalation: Escalation, tier: int, now: datetime) -> None:
         to_user=assignee,
         note=note,
     )
-    messages.queue_messages(escalation, "tier", users=users, fleet_channels=True, at=now)
+    messages.queue_messages(
+        escalation,
+        "tier",
+        users=users,
+        fleet_channels=True,
+        at=now,
+        fleet_headline=f"Overdue: moved to tier {tier}, {moved_to}",
+    )
 
 
 def sweep(now: datetime | None = None) -> dict[str, int]:

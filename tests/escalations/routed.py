@@ -25,11 +25,14 @@ def due(fleet: Fleet, minutes: int, **match: str) -> Any:
 class ChatReceiver:
     """An incoming-webhook endpoint on loopback, as Apprise's json:// posts to it.
 
-    `script` holds statuses to answer with, in order (then 200)."""
+    `script` holds statuses to answer with, in order (then 200); each answer comes `slowly`
+    seconds after the request (until the receiver is closed)."""
 
     def __init__(self) -> None:
         self.received: list[dict[str, Any]] = []
         self.script: list[int] = []
+        self.slowly = 0.0
+        self.closed = threading.Event()
         self.lock = threading.Lock()
         outer = self
 
@@ -39,9 +42,13 @@ class ChatReceiver:
                 with outer.lock:
                     outer.received.append(json.loads(body))
                     status = outer.script.pop(0) if outer.script else 200
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
+                outer.closed.wait(outer.slowly)
+                try:
+                    self.send_response(status)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the sender gave up waiting
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -63,5 +70,6 @@ class ChatReceiver:
 def chat_receiver() -> Iterator[ChatReceiver]:
     found = ChatReceiver()
     yield found
+    found.closed.set()
     found.server.shutdown()
     found.server.server_close()

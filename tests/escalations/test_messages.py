@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 from django.core import signing
+from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 from django.utils.html import escape
 
 from escalations import links
-from escalations.models import Message
-from escalations.services import messages
+from escalations.models import Escalation, Message, RoutingRule
+from escalations.services import messages, routing
 from fleet.errors import Refusal
+from runs.models import Run
 from tests.conftest import committed
 from tests.escalations.desk import QUESTION, member
 from tests.escalations.routed import ChatReceiver, chat_receiver, due, pool, route
@@ -233,3 +235,136 @@ def test_the_question_that_fills_a_draft_is_announced_with_it(routed, chat, alic
     assert filled.json()["packet"] == "filled"
     assert chat.received[-1]["title"].startswith("[Bulkhead] The agent's question is in")
     assert QUESTION in chat.messages()[-1]
+
+
+def test_a_key_with_a_line_separator_still_reaches_the_reviewer_by_email(routed, alice, smtp):
+    """A header may hold no line break: U+2028 in a run key becomes a space in the subject."""
+    escalation = routed.escalate()
+    Run.objects.filter(pk=escalation.run_id).update(key="tier\u2028discounts\u2029x\x85y")
+    escalation = Escalation.objects.select_related("run", "task", "packet").get(pk=escalation.pk)
+
+    [reminder] = committed(messages.queue_messages, escalation, "reminder", users=[alice])
+
+    reminder.refresh_from_db()
+    assert (reminder.status, reminder.last_error) == ("sent", "")
+    assert smtp.mails[-1]["Subject"] == (
+        "[Bulkhead] Reminder: half its time is gone: tier discounts x y / plan"
+    )
+
+
+def test_a_message_written_with_a_line_break_in_its_subject_is_still_sent(routed, smtp):
+    escalation = routed.escalate()
+    written = Message.objects.create(
+        escalation=escalation, kind="email", target="bob@example.com", reason="reminder",
+        subject="[Bulkhead] Reminder: a\u2028b / plan", body="-", next_attempt_at=timezone.now(),
+        created_at=timezone.now(),
+    )  # fmt: skip
+
+    assert committed(messages.send, written.pk) == "sent"
+    assert smtp.mails[-1]["Subject"] == "[Bulkhead] Reminder: a b / plan"
+
+
+def outage_passes(seconds: float) -> None:
+    """Every pending message's clock moves `seconds` on: it was written and tried that long ago."""
+    Message.objects.filter(status="pending").update(
+        created_at=F("created_at") - timedelta(seconds=seconds),
+        next_attempt_at=F("next_attempt_at") - timedelta(seconds=seconds),
+    )
+
+
+def test_a_chat_outage_of_an_hour_loses_no_message(routed, chat):
+    chat.script = [503] * 1000
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+    escalation = routed.escalate()
+    message = Message.objects.get(escalation=escalation, kind="chat")
+
+    outage = 0.0
+    while outage < 3600:
+        message.refresh_from_db()
+        assert message.status == "pending", message.last_error
+        wait = (message.next_attempt_at - timezone.now()).total_seconds()
+        assert wait <= 5 * 60  # sent within 5 minutes of the service coming back
+        outage_passes(wait)
+        outage += wait
+        committed(messages.send, message.pk)
+    chat.script = []
+    outage_passes(5 * 60)
+    assert committed(messages.send, message.pk) == "sent"
+    message.refresh_from_db()
+    assert message.attempts == len(chat.received) > 8
+    assert len(message.log) <= messages.LOG_TRIES and message.log[-1]["ok"]
+
+
+def test_a_message_is_failed_once_its_retry_window_is_over(routed, chat, settings):
+    settings.ESCALATION_MESSAGE_RETRY_WINDOW_SECONDS = 3600
+    chat.script = [503, 503]
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+    escalation = routed.escalate()
+    message = Message.objects.get(escalation=escalation, kind="chat")
+    outage_passes(3600)
+
+    assert committed(messages.send, message.pk) == "failed"
+
+
+def test_a_slow_chat_service_that_accepts_gets_the_message_once(routed, chat):
+    chat.slowly = 6  # longer than Apprise's own read timeout (4 s)
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+
+    escalation = routed.escalate()
+
+    message = Message.objects.get(escalation=escalation, kind="chat")
+    assert (message.status, message.attempts) == ("sent", 1)
+    assert len(chat.received) == 1
+
+
+def test_a_chat_service_that_does_not_answer_in_time_is_logged_as_timed_out(
+    routed, chat, monkeypatch
+):
+    monkeypatch.setattr(messages, "CHAT_TIMEOUT_S", 1.0)  # Apprise's 4 s then: never less
+    chat.slowly = 8
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+
+    escalation = routed.escalate()
+
+    message = Message.objects.get(escalation=escalation, kind="chat")
+    assert (message.status, message.attempts) == ("pending", 1)
+    assert message.last_error == "timed out: the chat service did not answer within 4 s"
+
+
+def test_a_hand_off_tells_the_new_reviewer_who_handed_it_and_why(routed, alice, smtp):
+    bob = member("bob", routed.fleet)
+    bob.email = "bob@example.com"
+    bob.save()
+    escalation = routed.escalate()
+
+    committed(
+        routing.escalation_hand_off,
+        escalation=escalation, by=alice, to="bob", note="Bob knows the pricing config",
+    )  # fmt: skip
+
+    mail = smtp.mails[-1]
+    assert mail["To"] == "bob@example.com"
+    assert mail["Subject"] == "[Bulkhead] Handed to you by alice: tier-discounts / plan"
+    body = mail.get_payload(decode=True).decode().splitlines()
+    assert body[:2] == ["Handed to you by alice.", "Note: Bob knows the pricing config"]
+
+
+def test_the_fleets_channels_are_told_whom_an_overdue_escalation_moved_to(
+    routed, alice, chat, smtp
+):
+    bob = member("bob", routed.fleet)
+    bob.email = "bob@example.com"
+    bob.save()
+    pool(routed.fleet, "seniors", "bob")
+    RoutingRule.objects.filter(fleet=routed.fleet).delete()
+    route(routed.fleet, "planners", next_pool="seniors")
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+    escalation = routed.escalate()
+
+    assert committed(routing.sweep, escalation.opened_at + timedelta(minutes=70))["tier"] == 1
+
+    assert chat.received[-1]["title"] == (
+        "[Bulkhead] Overdue: moved to tier 2, pool seniors, assigned to bob: tier-discounts / plan"
+    )
+    assert smtp.mails[-1]["To"] == "bob@example.com"
+    assert smtp.mails[-1]["Subject"] == "[Bulkhead] Overdue: moved to you: tier-discounts / plan"
