@@ -534,6 +534,9 @@ def pool_named(fleet: Fleet, name: str, loc: str) -> Pool:
     return pool
 
 
+MAX_POSITION = 2**31 - 1  # a rule's position is a PostgreSQL integer
+
+
 @transaction.atomic
 def route_add(
     *,
@@ -562,6 +565,8 @@ def route_add(
     ):
         if len(value) > most:
             raise Refusal([error(loc, f"is longer than {most} characters")])
+    if position is not None and not 0 <= position <= MAX_POSITION:
+        raise Refusal([error("position", f"{position} is out of range: from 0 to {MAX_POSITION}")])
     found = pool_named(fleet, pool, "pool")
     after = pool_named(fleet, next_pool, "next_pool") if next_pool else None
     if after is not None and after.pk == found.pk:

@@ -1,12 +1,27 @@
 """route_add FLEET POOL [--agent-role R] [--capability C] [--run RUN] [--failure-kind K]
 [--next-pool POOL] [--position N]; route_add FLEET --clear removes the fleet's rules."""
 
+import argparse
+
 from django.core.management.base import BaseCommand, CommandError
 
 from escalations.models import RoutingRule
 from escalations.services import routing
 from fleet.errors import Refusal
 from fleet.management.commands._output import emit, fleet_named
+
+
+def position(value: str) -> int:
+    """--position as the rule's column holds it: a whole number from 0 to MAX_POSITION."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not 0 <= number <= routing.MAX_POSITION:
+        raise argparse.ArgumentTypeError(
+            f"{number} is out of range: from 0 to {routing.MAX_POSITION} (0 is tried first)"
+        )
+    return number
 
 
 class Command(BaseCommand):
@@ -24,7 +39,7 @@ class Command(BaseCommand):
         parser.add_argument("--run", default="")
         parser.add_argument("--failure-kind", default="")
         parser.add_argument("--next-pool", default="")
-        parser.add_argument("--position", type=int)
+        parser.add_argument("--position", type=position)
         parser.add_argument("--clear", action="store_true", help="remove the fleet's rules")
 
     def handle(self, *args, fleet, pool, clear, **options):  # type: ignore[no-untyped-def]
