@@ -24,6 +24,17 @@ def max_age() -> int:
     return int(getattr(settings, "ESCALATION_LINK_MAX_AGE_SECONDS", 7 * 24 * 3600))
 
 
+def lifetime() -> str:
+    """How long a link opens its escalation, in words: "7 days", "1 hour", "1 day 12 hours"."""
+    left = max_age()
+    parts = []
+    for unit, seconds in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count, left = divmod(left, seconds)
+        if count:
+            parts.append(f"{count} {unit}{'' if count == 1 else 's'}")
+    return " ".join(parts) or "0 seconds"
+
+
 def token_for(escalation_id: int) -> str:
     return signing.dumps({"e": escalation_id}, salt=SALT, compress=False)
 

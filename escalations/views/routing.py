@@ -31,7 +31,7 @@ def escalation_link(request: HtmxHttpRequest, token: str) -> HttpResponse:
         return render(
             request,
             "escalations/link_refused.html",
-            {"expired": refused.expired, "days": links.max_age() // 86400},
+            {"expired": refused.expired, "lifetime": links.lifetime()},
             status=410 if refused.expired else 400,
         )
     return redirect("packet", escalation_id=escalation_id)

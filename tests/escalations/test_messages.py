@@ -134,6 +134,31 @@ def test_an_expired_link_gets_a_clear_page(routed, alice, settings):
     assert "This link has expired" in page.content.decode()
 
 
+@pytest.mark.parametrize(
+    ("max_age", "said"),
+    [
+        (3600, "1 hour"),
+        (5400, "1 hour 30 minutes"),
+        (7 * 86400, "7 days"),
+        (129600, "1 day 12 hours"),
+    ],
+)
+def test_an_expired_link_says_truly_how_long_links_open(routed, alice, settings, max_age, said):
+    escalation = routed.escalate()
+    token = links.token_for(escalation.pk)
+    settings.ESCALATION_LINK_MAX_AGE_SECONDS = max_age
+    browser = Client()
+    browser.force_login(alice)
+    import unittest.mock
+
+    with unittest.mock.patch(
+        "django.core.signing.time.time", return_value=time.time() + max_age + 5
+    ):
+        page = browser.get(f"/l/{token}/")
+    assert page.status_code == 410
+    assert f"open the escalation for {said} after they are sent" in page.content.decode()
+
+
 def test_an_altered_link_gets_a_clear_page(routed, alice):
     escalation = routed.escalate()
     token = links.token_for(escalation.pk)
