@@ -360,6 +360,10 @@ class EscalationStep(models.Model):
     tier = models.PositiveSmallIntegerField()
     due_at = models.DateTimeField(help_text="When the step fell due.")
     done_at = models.DateTimeField()
+    reached = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Messages it wrote (None: made before they were counted)."
+    )
+    note = models.CharField(max_length=500, blank=True, help_text="Whom it could not reach.")
 
     class Meta:
         constraints = [

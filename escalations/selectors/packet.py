@@ -269,14 +269,16 @@ def assignment_history(escalation: Escalation) -> list[dict[str, Any]]:
             items.append({"at": a.at, "what": f"overdue: tier {a.tier}", "detail": a.note})
         else:
             items.append({"at": a.at, "what": f"assigned to {who}", "detail": a.note})
-    for step in escalation.steps.filter(kind=EscalationStep.Kind.REMINDER):
-        items.append(
-            {
-                "at": step.done_at,
-                "what": f"reminder (tier {step.tier})",
-                "detail": "half its time is gone",
-            }
-        )
+    for step in escalation.steps.all():
+        if step.kind == EscalationStep.Kind.REMINDER:
+            detail = "half its time is gone" + (f"; {step.note}" if step.note else "")
+            items.append(
+                {"at": step.done_at, "what": f"reminder (tier {step.tier})", "detail": detail}
+            )
+        elif step.note:  # the tier move itself is in the assignments
+            items.append(
+                {"at": step.done_at, "what": f"tier {step.tier} told", "detail": step.note}
+            )
     for m in escalation.messages.order_by("id")[:50]:
         tries = f"{m.attempts} tr{'y' if m.attempts == 1 else 'ies'}"
         detail = f"{m.reason} to {shown_target(m.kind, m.target)}: {m.status} after {tries}"

@@ -222,7 +222,12 @@ def timeliness_report(
         found = found.filter(opened_at__gte=since)
     name = get_user_model().USERNAME_FIELD
     found = found.annotate(
-        reminders=Count("steps", filter=Q(steps__kind=EscalationStep.Kind.REMINDER))
+        # Reminders that reached someone (a step made before they were counted is taken as one).
+        reminders=Count(
+            "steps",
+            filter=Q(steps__kind=EscalationStep.Kind.REMINDER)
+            & (Q(steps__reached__isnull=True) | Q(steps__reached__gt=0)),
+        )
     )
     facts = []
     # Values, not models (see `escalation_rows`).

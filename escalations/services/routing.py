@@ -22,6 +22,7 @@ from escalations.models import (
     DueRule,
     Escalation,
     EscalationStep,
+    Message,
     Pool,
     PoolMember,
     RoutingRule,
@@ -393,7 +394,7 @@ def step_once(escalation_id: int, now: datetime) -> str | None:
             return None
         try:
             with transaction.atomic():
-                EscalationStep.objects.create(
+                made = EscalationStep.objects.create(
                     escalation=escalation,
                     kind=step.kind,
                     tier=step.tier,
@@ -403,15 +404,29 @@ def step_once(escalation_id: int, now: datetime) -> str | None:
         except IntegrityError:
             return None  # made already (by another sweep)
         if step.kind == routing.REMINDER:
-            remind(escalation, now)
+            made.reached, made.note = remind(escalation, now)
         else:
-            move_up(escalation, step.tier, now)
+            made.reached, made.note = move_up(escalation, step.tier, now)
+        made.save(update_fields=["reached", "note"])
         escalation.next_step_at = next_step_at(escalation, now)
         escalation.save(update_fields=["next_step_at"])
         return step.kind
 
 
-def remind(escalation: Escalation, now: datetime) -> None:
+def unreached(users: list[Any], written: list[Message]) -> str:
+    """What a step says of those it was for whom no message went to: nobody to tell, or who
+    has no channel (and no email address)."""
+    if not users:
+        return "reached nobody: nobody to tell"
+    missing = [u.get_username() for u in users if not messages.channels_of(u)]
+    if not missing:
+        return ""
+    said = f"no channel and no email address: {', '.join(sorted(missing))}"
+    return ("reached nobody: " if not written else "") + said
+
+
+def remind(escalation: Escalation, now: datetime) -> tuple[int, str]:
+    """Remind whoever holds it; returns the messages written and whom it could not reach."""
     if escalation.assignee is not None:
         users = [escalation.assignee]
     elif escalation.tier >= escalation.last_tier:
@@ -423,11 +438,13 @@ def remind(escalation: Escalation, now: datetime) -> None:
         ]
     else:
         users = []
-    messages.queue_messages(escalation, "reminder", users=users, at=now)
+    written = messages.queue_messages(escalation, "reminder", users=users, at=now)
+    return len(written), unreached(users, written)
 
 
-def move_up(escalation: Escalation, tier: int, now: datetime) -> None:
-    """Overdue: the next pool takes it, or (last tier) the fleet's managers. Never an answer."""
+def move_up(escalation: Escalation, tier: int, now: datetime) -> tuple[int, str]:
+    """Overdue: the next pool takes it, or (last tier) the fleet's managers. Never an answer.
+    Returns the messages written and whom it could not reach."""
     escalation.tier = tier
     pool = escalation.next_pool if tier < escalation.last_tier else None
     if pool is not None:
@@ -459,7 +476,7 @@ def move_up(escalation: Escalation, tier: int, now: datetime) -> None:
         to_user=assignee,
         note=note,
     )
-    messages.queue_messages(
+    written = messages.queue_messages(
         escalation,
         "tier",
         users=users,
@@ -467,6 +484,7 @@ def move_up(escalation: Escalation, tier: int, now: datetime) -> None:
         at=now,
         fleet_headline=f"Overdue: moved to tier {tier}, {moved_to}",
     )
+    return len(written), unreached(users, written)
 
 
 def sweep(now: datetime | None = None) -> dict[str, int]:

@@ -230,6 +230,8 @@ def test_timeliness_per_fleet_and_per_reviewer(desk, alice, client):
     from tests.escalations.routed import due, pool, route
 
     member("manny", desk.fleet, role="manager")
+    alice.email = "alice@example.com"  # reached: her reminder counts
+    alice.save()
     pool(desk.fleet, "planners", "alice")
     route(desk.fleet, "planners")
     due(desk.fleet, 60)
@@ -378,3 +380,32 @@ def reported_runs(desk: Desk, fleet, prefix: str, count: int) -> int:
 def test_the_runs_table_costs_the_same_statements_however_many_runs(client, fleet):
     desk = Desk(client, fleet)
     assert reported_runs(desk, fleet, "a", 2) == reported_runs(desk, fleet, "b", 6)
+
+
+def test_a_reminder_that_reached_nobody_is_not_counted_and_says_why(desk, client):
+    """Bob has no channel and no email address: his reminder is made once, and says so."""
+    from datetime import timedelta
+
+    from escalations.services import routing
+    from fleet.stories import story_clock
+    from tests.escalations.desk import member
+    from tests.escalations.routed import due, pool, route
+
+    member("bob", desk.fleet)
+    member("manny", desk.fleet, role="manager")
+    pool(desk.fleet, "planners", "bob")
+    route(desk.fleet, "planners")
+    due(desk.fleet, 60)
+    escalation = desk.escalate()
+
+    assert routing.sweep(escalation.opened_at + timedelta(minutes=40))["reminder"] == 1
+
+    [step] = escalation.steps.all()
+    assert (step.reached, step.note) == (0, "reached nobody: no channel and no email address: bob")
+    client.login(username="manny", password="correct horse battery staple")
+    packet = client.get(f"/escalations/{escalation.pk}/").content.decode()
+    assert "reached nobody: no channel and no email address: bob" in packet
+    with story_clock(escalation.opened_at + timedelta(minutes=40)):
+        page = client.get("/reports/")
+    [acme] = page.context["timeliness"]["fleets"]
+    assert acme["reminders"] == 0
