@@ -322,9 +322,8 @@ def record(message_id: int, number: int, problem: str) -> str:
     if message is None:
         return "skipped"
     now = timezone.now()
-    problem = storable(
-        problem
-    )  # an SMTP server's or chat service's words, as PostgreSQL holds them
+    # What an SMTP server or a chat service said, as PostgreSQL holds it.
+    problem = storable(problem)
     tried = {"at": now.isoformat(), "ok": not problem, "error": problem}
     message.log = [*message.log, tried][-LOG_TRIES:]
     message.last_error = problem

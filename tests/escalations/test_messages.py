@@ -393,3 +393,15 @@ def test_the_fleets_channels_are_told_whom_an_overdue_escalation_moved_to(
     )
     assert smtp.mails[-1]["To"] == "bob@example.com"
     assert smtp.mails[-1]["Subject"] == "[Bulkhead] Overdue: moved to you: tier-discounts / plan"
+
+
+def test_what_a_server_said_with_a_nul_byte_is_logged_and_retried(routed, chat):
+    chat.script = [503]
+    committed(messages.channel_add, fleet=routed.fleet, kind="chat", target=chat.url)
+    escalation = routed.escalate()
+    message = Message.objects.get(escalation=escalation, kind="chat")
+
+    assert committed(messages.record, message.pk, message.attempts, "550 boom\x00nul") == "pending"
+
+    message.refresh_from_db()
+    assert message.last_error == message.log[-1]["error"] == "550 boom\ufffdnul"
