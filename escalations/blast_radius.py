@@ -13,6 +13,10 @@ The tasks it affected are found by closure, to a fixed point:
    checked (any started task while it is unchecked);
 3. the tasks that consumed a claim posted by an affected task while *that* claim was unchecked.
 
+Its artifacts are those the affected tasks reported while it was unchecked: at or before its
+check (never checked, up to now or the run's end). Work reported after the check did not travel
+on the unchecked claim: something had checked it by then.
+
 The producer is not affected by its own claim; the checker is, when it consumed the claim before
 its verdict. Facts that refer outside the given run (a use of an unknown task, a prerequisite
 that is not a task) are ignored.
@@ -48,16 +52,17 @@ class ClaimFact:
                 + " checked_at"
             )
 
-    def unchecked_minutes(self, now: datetime) -> float:
-        """From its post to its check; never checked, to now, or to its run's end (no work
-        travels on it after that)."""
+    def unchecked_until(self, now: datetime) -> datetime:
+        """Its check; never checked, now, or its run's end (no work travels on it after that)."""
         if self.checked_at is not None:
-            end = self.checked_at
-        elif self.run_ended_at is not None:
-            end = min(now, self.run_ended_at)
-        else:
-            end = now
-        return max(0.0, (end - self.posted_at).total_seconds() / 60)
+            return self.checked_at
+        if self.run_ended_at is not None:
+            return min(now, self.run_ended_at)
+        return now
+
+    def unchecked_minutes(self, now: datetime) -> float:
+        """From its post to `unchecked_until`."""
+        return max(0.0, (self.unchecked_until(now) - self.posted_at).total_seconds() / 60)
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class TaskFact:
     agent: str
     started_at: datetime | None  # its first attempt; None if it never started
     prerequisites: tuple[str, ...] = ()
-    artifacts: int = 0  # artifacts it reported (PRs, files)
+    artifacts: tuple[datetime, ...] = ()  # when it reported each artifact (PRs, files)
 
 
 @dataclass(frozen=True)
@@ -198,10 +203,13 @@ class _Run:
 
     def radius(self, claim: str, now: datetime) -> Radius:
         affected = self.affected(claim)
+        fact = self.claims[claim]
+        until = fact.unchecked_until(now)
         return Radius(
             agents=len({self.tasks[key].agent for key in affected}),
-            artifacts=sum(self.tasks[key].artifacts for key in affected),
-            minutes=round(self.claims[claim].unchecked_minutes(now), 1),
+            # At the check itself counts: it was reported before the verdict could stop it.
+            artifacts=sum(at <= until for key in affected for at in self.tasks[key].artifacts),
+            minutes=round(fact.unchecked_minutes(now), 1),
             tasks=tuple(sorted(affected)),
         )
 

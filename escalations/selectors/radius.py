@@ -5,7 +5,6 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count
 from django.utils import timezone
 
 from escalations import blast_radius as rule
@@ -84,17 +83,23 @@ def facts_for_runs(run_ids: Sequence[int]) -> dict[int, Facts]:
         "task_id", "requires__key"
     ):
         edges.setdefault(task_id, []).append(key)
-    for row in (
-        Task.objects.filter(run_id__in=ids)
-        .annotate(artifact_count=Count("artifacts"))
-        .values("pk", "run_id", "key", "agent__name", "started_at", "artifact_count")
-    ):
-        found[row["run_id"]][1][row["key"]] = rule.TaskFact(
-            key=row["key"],
-            agent=row["agent__name"],
-            started_at=row["started_at"],
-            prerequisites=tuple(edges.get(row["pk"], ())),
-            artifacts=row["artifact_count"],
+    # A row per artifact (one with None for a task without): the rule counts only those reported
+    # while a claim was unchecked, so it needs when each was reported, not how many.
+    described: dict[int, tuple[int, str, str, datetime | None]] = {}
+    reported: dict[int, list[datetime]] = {}
+    for pk, run_id, key, agent, started_at, artifact_at in Task.objects.filter(
+        run_id__in=ids
+    ).values_list("pk", "run_id", "key", "agent__name", "started_at", "artifacts__created_at"):
+        described[pk] = (run_id, key, agent, started_at)
+        if artifact_at is not None:
+            reported.setdefault(pk, []).append(artifact_at)
+    for pk, (run_id, key, agent, started_at) in described.items():
+        found[run_id][1][key] = rule.TaskFact(
+            key=key,
+            agent=agent,
+            started_at=started_at,
+            prerequisites=tuple(edges.get(pk, ())),
+            artifacts=tuple(sorted(reported.get(pk, ()))),
         )
     for run_id, used, task, at in ClaimUse.objects.filter(claim__run_id__in=ids).values_list(
         "claim__run_id", "claim__key", "task__key", "at"

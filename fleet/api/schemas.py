@@ -118,7 +118,10 @@ class BlastRadius(Schema):
     """How far the claim travelled unchecked: the agents, artifacts and minutes it reached."""
 
     agents: int = Field(description="Distinct agents of the affected tasks.")
-    artifacts: int = Field(description="Artifacts (PRs, files) the affected tasks reported.")
+    artifacts: int = Field(
+        description="Artifacts (PRs, files) the affected tasks reported while the claim was "
+        "unchecked: up to its check (never checked: up to now, or to the run's end once it is over)."
+    )
     minutes: float = Field(description="From post to check, or to now while unchecked.")
     tasks: list[str] = Field(description="Keys of the affected tasks.")
 

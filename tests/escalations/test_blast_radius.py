@@ -48,14 +48,20 @@ def claim(
 
 
 def task(
-    key: str, *, agent: str, started: float | None, after: Sequence[str] = (), artifacts: int = 0
+    key: str,
+    *,
+    agent: str,
+    started: float | None,
+    after: Sequence[str] = (),
+    artifacts: Sequence[float] = (),
 ) -> TaskFact:
+    """`artifacts`: the minute each was reported."""
     return TaskFact(
         key=key,
         agent=agent,
         started_at=None if started is None else at(started),
         prerequisites=tuple(after),
-        artifacts=artifacts,
+        artifacts=tuple(at(minute) for minute in artifacts),
     )
 
 
@@ -75,9 +81,15 @@ def by_key[T: (ClaimFact, TaskFact)](*facts: T) -> dict[str, T]:
 ALL_GREEN_TASKS = by_key(
     task("plan", agent="planner", started=0),
     task("confirm-schema", agent="schema", started=2, after=["plan"]),
-    task("discount-resolver", agent="coder-a", started=6, after=["confirm-schema"], artifacts=2),
-    task("api-change", agent="coder-b", started=7, after=["confirm-schema"], artifacts=1),
-    task("api-tests", agent="coder-b", started=20, after=["api-change"], artifacts=1),
+    task(
+        "discount-resolver",
+        agent="coder-a",
+        started=6,
+        after=["confirm-schema"],
+        artifacts=[25, 25],
+    ),
+    task("api-change", agent="coder-b", started=7, after=["confirm-schema"], artifacts=[18]),
+    task("api-tests", agent="coder-b", started=20, after=["api-change"], artifacts=[32]),
 )
 ALL_GREEN_CLAIMS = by_key(
     claim("plan.customer-tier", by="plan", posted=1, checked=41, status="refuted"),
@@ -101,9 +113,15 @@ ALL_GREEN_NOW = at(60)
 REPLAY_TASKS = by_key(
     task("plan", agent="planner", started=0),
     task("confirm-schema", agent="schema", started=1.5, after=["plan"]),
-    task("discount-resolver", agent="coder-a", started=7, after=["confirm-schema"], artifacts=2),
-    task("api-change", agent="coder-b", started=7, after=["confirm-schema"], artifacts=1),
-    task("api-tests", agent="coder-b", started=20, after=["api-change"], artifacts=1),
+    task(
+        "discount-resolver",
+        agent="coder-a",
+        started=7,
+        after=["confirm-schema"],
+        artifacts=[25, 25],
+    ),
+    task("api-change", agent="coder-b", started=7, after=["confirm-schema"], artifacts=[18]),
+    task("api-tests", agent="coder-b", started=20, after=["api-change"], artifacts=[32]),
 )
 REPLAY_CLAIMS = by_key(
     claim("plan.customer-tier", by="plan", posted=1, checked=3, status="refuted"),
@@ -308,9 +326,9 @@ def test_downstream_tasks_count_only_if_they_started_before_the_check() -> None:
     tasks = by_key(
         task("plan", agent="planner", started=0),
         task("check", agent="schema", started=2, after=["plan"]),
-        task("early", agent="coder-a", started=4, after=["check"], artifacts=1),
-        task("late", agent="coder-b", started=12, after=["check"], artifacts=1),
-        task("never", agent="coder-b", started=None, after=["check"], artifacts=0),
+        task("early", agent="coder-a", started=4, after=["check"], artifacts=[8]),
+        task("late", agent="coder-b", started=12, after=["check"], artifacts=[14]),
+        task("never", agent="coder-b", started=None, after=["check"]),
     )
     claims = by_key(claim("plan.x", by="plan", posted=1, checked=10, status="refuted"))
 
@@ -319,6 +337,59 @@ def test_downstream_tasks_count_only_if_they_started_before_the_check() -> None:
     )
 
     assert radius.tasks == ("check", "early")
+
+
+def test_it_counts_only_the_artifacts_reported_before_the_check() -> None:
+    # The audit's run: coder-a and coder-b start on the plan's claim at 10:03, the checker
+    # refutes it at 10:08; coder-a's PR (10:04) travelled on it, coder-b's three (10:30) came after.
+    tasks = by_key(
+        task("a", agent="planner", started=0),
+        task("b", agent="coder-a", started=3, after=["a"], artifacts=[4]),
+        task("e", agent="coder-b", started=3, after=["a"], artifacts=[30, 30, 30]),
+        task("chk", agent="checker", started=3, after=["a"]),
+    )
+    claims = by_key(claim("c1", by="a", posted=1, checked=8, status="refuted"))
+    uses = [use("c1", "b", 3), use("c1", "e", 3), use("c1", "chk", 3)]
+
+    radius = blast_radius("c1", claims=claims, tasks=tasks, uses=uses, now=at(60))
+
+    assert radius == Radius(agents=3, artifacts=1, minutes=7.0, tasks=("b", "chk", "e"))
+
+
+def test_an_artifact_reported_at_the_check_counts() -> None:
+    tasks = by_key(
+        task("plan", agent="planner", started=0),
+        task("build", agent="coder-a", started=2, artifacts=[8, 8.01]),
+    )
+    claims = by_key(claim("plan.x", by="plan", posted=1, checked=8, status="refuted"))
+
+    radius = blast_radius(
+        "plan.x", claims=claims, tasks=tasks, uses=[use("plan.x", "build", 2)], now=at(30)
+    )
+
+    assert radius.artifacts == 1
+
+
+def test_an_unchecked_claim_counts_artifacts_up_to_now_or_its_runs_end() -> None:
+    tasks = by_key(
+        task("plan", agent="planner", started=0),
+        task("build", agent="coder-a", started=2, artifacts=[10, 40]),
+    )
+    unchecked = claim("plan.x", by="plan", posted=1)
+    uses = [use("plan.x", "build", 2)]
+
+    going_on = blast_radius(
+        "plan.x", claims={"plan.x": unchecked}, tasks=tasks, uses=uses, now=at(50)
+    )
+    ended = blast_radius(
+        "plan.x",
+        claims={"plan.x": replace(unchecked, run_ended_at=at(20))},
+        tasks=tasks,
+        uses=uses,
+        now=at(50),
+    )
+
+    assert (going_on.artifacts, ended.artifacts) == (2, 1)
 
 
 def test_it_looks_past_a_late_task_to_an_earlier_descendant() -> None:
@@ -438,7 +509,7 @@ def runs(draw: st.DrawFn) -> tuple[dict[str, ClaimFact], dict[str, TaskFact], li
             agent=draw(st.sampled_from(AGENTS)),
             started=draw(st.none() | MINUTE),
             after=after,
-            artifacts=draw(st.integers(min_value=0, max_value=3)),
+            artifacts=draw(st.lists(MINUTE, max_size=3)),
         )
     claims: dict[str, ClaimFact] = {}
     for i in range(draw(st.integers(min_value=1, max_value=5))):
@@ -511,7 +582,8 @@ def test_it_agrees_with_the_definition_read_literally(
         expected = reference_tasks(key, claims, tasks, uses)
         assert radius.tasks == tuple(sorted(expected))
         assert radius.agents == len({tasks[t].agent for t in expected})
-        assert radius.artifacts == sum(tasks[t].artifacts for t in expected)
+        until = claims[key].unchecked_until(at(90))
+        assert radius.artifacts == sum(a <= until for t in expected for a in tasks[t].artifacts)
         assert radius == blast_radius(key, claims=claims, tasks=tasks, uses=uses, now=at(90))
 
 

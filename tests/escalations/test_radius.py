@@ -16,7 +16,7 @@ from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
 from tests.fixtures.orders import orders_postgresql as orders_postgresql  # noqa: F401
 from tests.fixtures.orders import orders_postgresql_session as orders_postgresql_session  # noqa: F401
-from tests.fixtures.seed import ALL_GREEN_RUN, ATTEMPT, at, phoenixdx
+from tests.fixtures.seed import ALL_GREEN_RUN, ATTEMPT, at, late_artifacts_run, phoenixdx
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +62,16 @@ def test_it_measures_every_claim_of_the_all_green_run(client, fleet):
         },
         "tests.pass": {"agents": 0, "artifacts": 0, "minutes": 1.0, "tasks": []},
     }
+
+
+def test_it_counts_only_the_artifacts_reported_before_the_check(client, fleet, tmp_path):
+    seed = phoenixdx(client, fleet)
+    run = imported(path=late_artifacts_run(tmp_path / "late.jsonl"))
+
+    radius = {"agents": 3, "artifacts": 1, "minutes": 7.0, "tasks": ["b", "chk", "e"]}
+    assert radii_for(run, now=AN_HOUR_IN)["c1"] == radius
+    [c1] = seed.get(client, f"/api/v1/runs/{run.key}").json()["claims"]
+    assert c1["blast_radius"] == radius
 
 
 def test_an_unchecked_claim_keeps_counting_until_now(client, fleet):

@@ -12,10 +12,10 @@ from django.utils import timezone
 from escalations import reports
 from escalations.models import Escalation
 from fleet import services
-from runs.models import Attempt, Task
+from runs.models import Attempt, Run, Task
 from tests.conftest import signed_in
 from tests.escalations.desk import QUESTION, Desk, member
-from tests.fixtures.seed import ALL_GREEN_RUN, phoenixdx
+from tests.fixtures.seed import ALL_GREEN_RUN, late_artifacts_run, phoenixdx
 
 T0 = datetime(2026, 6, 2, 9, 0, tzinfo=UTC)
 
@@ -107,6 +107,26 @@ def test_the_all_green_run_reports_3_agents_4_prs_40_minutes_and_a_late_disaster
     html = page.content.decode()
     assert "Blast radius per run" in html and '<canvas id="blast-chart"' in html
     assert '"minutes": [40.0]' in html  # the chart's data
+
+
+@pytest.mark.django_db
+def test_work_reported_after_the_check_is_not_in_the_blast_radius(client, fleet, carol, tmp_path):
+    phoenixdx(client, fleet)
+    late = late_artifacts_run(tmp_path / "late.jsonl")
+    call_command("import_events", "acme", str(late), stdout=io.StringIO())
+
+    [run] = rows_of(signed_in(carol).get("/reports/runs.csv?days=all"))
+    assert (run["widest_claim"], run["agents"], run["artifacts"], run["minutes"]) == (
+        "c1",
+        "3",
+        "1",
+        "7.0",
+    )
+    assert run["late_disasters"] == "c1"
+    html = signed_in(carol).get("/reports/?days=all").content.decode()
+    assert "with 1 artifact built on it before it was refuted" in html
+    page = signed_in(carol).get(f"/runs/{Run.objects.get(key='late-artifacts').pk}/")
+    assert "3 agents, 1 artifact, 7.0 min" in page.content.decode()
 
 
 @pytest.mark.django_db

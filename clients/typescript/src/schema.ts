@@ -699,7 +699,7 @@ export interface components {
             agents: number;
             /**
              * Artifacts
-             * @description Artifacts (PRs, files) the affected tasks reported.
+             * @description Artifacts (PRs, files) the affected tasks reported while the claim was unchecked: up to its check (never checked: up to now, or to the run's end once it is over).
              */
             artifacts: number;
             /**
