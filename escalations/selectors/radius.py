@@ -8,6 +8,8 @@ from typing import Any
 from django.utils import timezone
 
 from escalations import blast_radius as rule
+from runs.claims.verification import sources_of_fleets
+from runs.claims.verifiers import unreachable
 from runs.models import Claim, ClaimUse, Evidence, Prerequisite, Run, Task
 
 
@@ -43,12 +45,34 @@ CLAIM_FIELDS = (
 
 
 def checkable_claims(claims: Any) -> set[int]:
-    """Claims whose own evidence a verifier can re-run: posted, and not another agent's text."""
-    return set(
+    """Claims whose posted evidence the verifier could re-check against reality: by its own
+    first step (`verifiers.unreachable`), with the fleet's sources as registered now, a data
+    source, workspace, host or command the fleet registered or allows, a single reading query, a
+    GET; not another agent's text. Two queries: the evidence, then the fleets' sources."""
+    rows = list(
         Evidence.objects.filter(claim__in=claims, role=Evidence.Role.POSTED)
         .exclude(source__istartswith="agent:")
-        .values_list("claim_id", flat=True)
-    )
+        .values_list(
+            "claim_id", "claim__run__fleet_id", "kind", "source", "payload_hash",
+            "datasource", "workspace", "payload__request__method",
+        )
+    )  # fmt: skip
+    sources = sources_of_fleets({row[1] for row in rows})
+    found = set()
+    for claim_id, fleet_id, kind, source, hashed, datasource, workspace, method in rows:
+        # The payload is not read (a query's result can be a megabyte); only a request's method
+        # decides whether it may be sent again.
+        evidence = {
+            "kind": kind,
+            "source": source,
+            "payload_hash": hashed,
+            "payload": {"request": {"method": method}} if isinstance(method, str) else None,
+            "datasource": datasource or None,
+            "workspace": workspace or None,
+        }
+        if unreachable(evidence, sources[fleet_id]) is None:
+            found.add(claim_id)
+    return found
 
 
 # A reviewer's answer is stored as a claim on the task it answered: no agent handed it over.
@@ -63,12 +87,12 @@ Facts = tuple[dict[str, rule.ClaimFact], dict[str, rule.TaskFact], list[rule.Cla
 
 
 def facts_for(run: Run) -> Facts:
-    """The run's claims, tasks and claim uses as the pure rule's facts, in five queries."""
+    """The run's claims, tasks and claim uses as the pure rule's facts, in six queries."""
     return facts_for_runs([run.pk])[run.pk]
 
 
 def facts_for_runs(run_ids: Sequence[int]) -> dict[int, Facts]:
-    """`facts_for` of each run, the runs read together: five queries, whatever their number."""
+    """`facts_for` of each run, the runs read together: six queries, whatever their number."""
     ids = list(run_ids)
     found: dict[int, Facts] = {run_id: ({}, {}, []) for run_id in ids}
     claims = Claim.objects.filter(run_id__in=ids)

@@ -11,7 +11,8 @@ from django.core.management import call_command
 from escalations.selectors.radius import handoffs_for, handoffs_for_fleet, radii_for
 from fleet import services
 from fleet.models import Event
-from runs.models import Run
+from runs.claims.hashing import http_exchange_payload, payload_hash
+from runs.models import ClaimUse, Run
 from tests.fixtures.orders import REAL_COLUMNS, OrdersDatabase
 from tests.fixtures.orders import orders_database as orders_database  # noqa: F401
 from tests.fixtures.orders import orders_postgresql as orders_postgresql  # noqa: F401
@@ -85,10 +86,10 @@ def test_an_unchecked_claim_keeps_counting_until_now(client, fleet):
     assert radii_for(run)["schema.customer-tier-confirmed"]["minutes"] > 116.0
 
 
-def test_it_reads_a_run_in_five_queries_however_big(client, fleet, django_assert_num_queries):
+def test_it_reads_a_run_in_six_queries_however_big(client, fleet, django_assert_max_num_queries):
     seed = phoenixdx(client, fleet)
     run = imported()
-    with django_assert_num_queries(5):
+    with django_assert_max_num_queries(6):
         radii_for(run)
     tasks = [
         {"key": f"t{i}", "agent": "coder-a", "prerequisites": [f"t{i - 1}"] if i else []}
@@ -98,7 +99,7 @@ def test_it_reads_a_run_in_five_queries_however_big(client, fleet, django_assert
     claim = {"key": "t0.done", "statement": "t0 is done"}
     seed.coder_a.post("claim.posted", {"run": "big", "task": "t0", "claim": claim})
     big = Run.objects.get(key="big")
-    with django_assert_num_queries(5):
+    with django_assert_max_num_queries(6):
         assert radii_for(big)["t0.done"]["agents"] == 0
 
 
@@ -145,6 +146,48 @@ def test_a_handoff_with_evidence_counts_as_checkable(
 
     assert (crossing["producer"], crossing["consumer"]) == ("planner", "coder-a")
     assert (crossing["claims"], crossing["checkable"], crossing["refuted"]) == (1, 1, 0)
+
+
+def test_evidence_nothing_can_re_check_is_not_checkable(
+    client, fleet, orders_database: OrdersDatabase
+):
+    # Real-looking evidence on sources the fleet never registered: the verifier leaves each claim
+    # unverified ("no data source named 'nosuch' is registered"), and so must the handoffs.
+    seed = phoenixdx(client, fleet)
+    services.source_add(fleet=fleet, kind="datasource", name="orders", value=orders_database.dsn)
+    url = "https://api.example.com/v1/customers/42"  # no host is allowed for the fleet
+    exchange = http_exchange_payload(method="GET", url=url, status=200, body_sha256="0" * 64)
+    posted = {
+        "plan.nosuch": orders_database.columns_evidence(REAL_COLUMNS, datasource="nosuch"),
+        "plan.host": {
+            "kind": "http_exchange",
+            "source": url,
+            "payload_hash": payload_hash(exchange),
+            "payload": exchange,
+        },
+        "plan.points": orders_database.columns_evidence(REAL_COLUMNS),
+    }
+    tasks = [
+        {"key": "plan", "agent": "planner"},
+        {"key": "build", "agent": "coder-a", "prerequisites": ["plan"], "consumes": list(posted)},
+    ]
+    seed.planner.post("run.started", {"run": RUN, "tasks": tasks}, received=at(0))
+    seed.planner.post("task.started", {"run": RUN, "task": "plan", "attempt": ATTEMPT})
+    for key, evidence in posted.items():
+        claim = {"key": key, "statement": "`customers` has `loyalty_points`", "evidence": evidence}
+        seed.planner.post("claim.posted", {"run": RUN, "task": "plan", "claim": claim})
+    run = Run.objects.get(key=RUN)
+    build = run.tasks.get(key="build")
+    for claim in run.claims.all():  # what the coder's start would record, had it been let start
+        ClaimUse.objects.get_or_create(claim=claim, task=build, defaults={"at": claim.posted_at})
+
+    [crossing] = handoffs_for(run)
+    [row] = handoffs_for_fleet([fleet.pk])
+
+    assert (crossing["claims"], crossing["checkable"]) == (3, 1)
+    assert crossing["unchecked"] == ("plan.host", "plan.nosuch")
+    assert (row["claims"], row["checkable"]) == (3, 1)
+    assert sorted(c["key"] for c in row["unchecked"]) == ["plan.host", "plan.nosuch"]
 
 
 def test_a_fleets_handoffs_merge_its_runs_and_keep_fleets_apart(client, fleet, tmp_path):

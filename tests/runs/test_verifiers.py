@@ -25,7 +25,7 @@ from runs.claims.hashing import (
     sha256_hex,
 )
 from runs.claims.hashing import test_run_payload as run_payload
-from runs.claims.verifiers import Limits, Sources, Verdict, split_sql, verify
+from runs.claims.verifiers import Limits, Sources, Verdict, split_sql, unreachable, verify
 from tests.fixtures.orders import read_only_dsn
 
 ADMIN_DSN = os.environ.get("BULKHEAD_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -1007,3 +1007,59 @@ def test_the_python_clients_exchange_is_what_the_verifier_re_fetches(
     claim = handed_over.model_dump(exclude_none=True)
     verdict = verify(claim, Sources(hosts=frozenset({server.host})))
     assert verdict.status == "verified", verdict.reason
+
+
+# Whether evidence could be re-checked at all, by the verifiers' own first step (the reports'
+# "checkable evidence"): nothing is run, read or fetched.
+
+REACHABLE_SOURCES = Sources(
+    datasources={"orders": "/nonexistent/orders.sqlite3"},
+    workspaces={"repo": "/nonexistent/repo"},
+    hosts=frozenset({"api.example.com"}),
+    commands=frozenset({"pytest -q"}),
+)
+GET = {"request": {"method": "GET", "url": "https://api.example.com/v1"}}
+
+
+@pytest.mark.parametrize(
+    ("evidence_", "why"),
+    [
+        ({"kind": "query_result", "source": SEED_QUERY_SQLITE, "datasource": "orders"}, None),
+        (
+            {"kind": "query_result", "source": SEED_QUERY_SQLITE, "datasource": "nosuch"},
+            "no data source named 'nosuch' is registered",
+        ),
+        (
+            {"kind": "query_result", "source": "DELETE FROM customers", "datasource": "orders"},
+            "only runs queries that read",
+        ),
+        ({"kind": "file_read", "source": "a.yaml:1-2", "workspace": "repo"}, None),
+        (
+            {"kind": "file_read", "source": "a.yaml:1-2", "workspace": "elsewhere"},
+            "no workspace named 'elsewhere'",
+        ),
+        ({"kind": "test_run", "source": "pytest -q", "workspace": "repo"}, None),
+        ({"kind": "test_run", "source": "make deploy", "workspace": "repo"}, "allowed test"),
+        ({"kind": "http_exchange", "source": "https://api.example.com/v1", "payload": GET}, None),
+        (
+            {"kind": "http_exchange", "source": "https://evil.example/v1", "payload": GET},
+            "not an allowed host",
+        ),
+        (
+            {
+                "kind": "http_exchange",
+                "source": "https://api.example.com/v1",
+                "payload": {"request": {"method": "POST"}},
+            },
+            "only GET and HEAD",
+        ),
+        ({"kind": "query_result", "source": "agent:planner", "datasource": "orders"}, "agent"),
+    ],
+)
+def test_it_says_whether_evidence_could_be_re_checked_without_running_it(evidence_, why):
+    found = unreachable({"payload_hash": "sha256:" + "0" * 64, **evidence_}, REACHABLE_SOURCES)
+
+    if why is None:
+        assert found is None
+    else:
+        assert found is not None and why in found, found

@@ -22,7 +22,8 @@ from runs.claims.verifiers.base import (
 _LINE_RANGE: Final = re.compile(r"(?P<path>.+):(?P<start>[0-9]+)-(?P<end>[0-9]+)", re.DOTALL)
 
 
-def _verify_file_read(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+def _reach_file_read(claimed: _Evidence, sources: Sources) -> tuple[str, int, int, str, str]:
+    """The path, its line range and the workspace to read it in, or why there is none."""
     match = _LINE_RANGE.fullmatch(claimed.source)
     if match is None:
         raise _Unverifiable("a file_read source must be path:start-end, such as config.yaml:3-7")
@@ -30,6 +31,11 @@ def _verify_file_read(claimed: _Evidence, sources: Sources, limits: Limits) -> V
     if not 1 <= start <= end:
         raise _Unverifiable(f"the line range {start}-{end} must have 1 <= start <= end")
     name, directory = _registered("workspace", sources.workspaces, claimed.workspace)
+    return path, start, end, name, directory
+
+
+def _verify_file_read(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+    path, start, end, name, directory = _reach_file_read(claimed, sources)
     content = _read_inside(name, directory, path, limits)
     lines = split_lines(content)
     if end > len(lines):

@@ -22,7 +22,8 @@ _REFETCHED_METHODS: Final = frozenset({"GET", "HEAD"})
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
-def _verify_http(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+def _reach_http(claimed: _Evidence, sources: Sources) -> tuple[str, httpx.URL, frozenset[str]]:
+    """The method and URL to send again and the allowed hosts, or why it may not be sent."""
     method = _claimed_method(claimed.payload)
     if method not in _REFETCHED_METHODS:
         raise _Unverifiable(
@@ -40,6 +41,11 @@ def _verify_http(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdic
         raise _Unverifiable(
             f"{_host_and_port(url)} is not an allowed host for this fleet, so it was not fetched"
         )
+    return method, url, hosts
+
+
+def _verify_http(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+    method, url, hosts = _reach_http(claimed, sources)
     status, body_sha256 = _fetch(method, url, hosts, limits)
     observed = http_exchange_payload(
         method=method, url=claimed.source, status=status, body_sha256=body_sha256

@@ -29,10 +29,15 @@ _READING_STATEMENTS: Final[Mapping[Dialect, frozenset[str]]] = {
 }
 
 
-def _verify_query(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+def _reach_query(claimed: _Evidence, sources: Sources) -> tuple[str, str, Dialect, str]:
+    """The data source and the one reading statement to run, or why there is none."""
     name, target = _registered("data source", sources.datasources, claimed.datasource)
     dialect: Dialect = "postgresql" if _is_postgresql_dsn(target) else "sqlite"
-    statement = _single_reading_statement(claimed.source, dialect)
+    return name, target, dialect, _single_reading_statement(claimed.source, dialect)
+
+
+def _verify_query(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+    name, target, dialect, statement = _reach_query(claimed, sources)
     if dialect == "postgresql":
         columns, rows = _run_on_postgresql(name, target, statement, limits)
     else:

@@ -23,7 +23,8 @@ from runs.claims.verifiers.base import (
 )
 
 
-def _verify_test_run(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+def _reach_test_run(claimed: _Evidence, sources: Sources) -> tuple[str, str, str]:
+    """The allowed command and the workspace to run it in, or why there is none."""
     command = claimed.source
     if command not in sources.commands:
         raise _Unverifiable(
@@ -31,6 +32,11 @@ def _verify_test_run(claimed: _Evidence, sources: Sources, limits: Limits) -> Ve
             "exactly), so it was not run"
         )
     name, directory = _registered("workspace", sources.workspaces, claimed.workspace)
+    return command, name, directory
+
+
+def _verify_test_run(claimed: _Evidence, sources: Sources, limits: Limits) -> Verdict:
+    command, name, directory = _reach_test_run(claimed, sources)
     if not Path(directory).is_dir():
         raise _Unverifiable(f"workspace {name!r} ({directory}) does not exist")
     try:
