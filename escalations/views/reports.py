@@ -90,8 +90,14 @@ def reports_page(request: HtmxHttpRequest) -> HttpResponse:
 CSV_TABLES = ("runs", "handoffs", "escalations", "retries")
 
 
+# A spreadsheet runs a cell starting with one of these as a formula (OWASP, CSV injection); run,
+# task and claim keys are the agents' words.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
 class CsvWriter:
-    """csv.writer, with minutes to one decimal and yes/no for flags, as the page shows them."""
+    """csv.writer, with minutes to one decimal and yes/no for flags, as the page shows them, and
+    text that a spreadsheet would run as a formula kept as text (a leading single quote)."""
 
     def __init__(self, response: HttpResponse) -> None:
         self.out = csv.writer(response)
@@ -102,6 +108,8 @@ class CsvWriter:
             return "yes" if value else "no"
         if isinstance(value, float):
             return f"{value:.1f}"
+        if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+            return "'" + value
         return "" if value is None else value
 
     def writerow(self, row: list[Any]) -> None:

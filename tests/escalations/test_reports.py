@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -77,6 +78,28 @@ def test_a_runs_blast_radius_is_its_widest_reaching_claims():
     assert reports.run_summary({}, {})["agents"] == 0
 
 
+@pytest.mark.parametrize(
+    "text", ['=HYPERLINK("https://evil.example";"x")', "+chk", "-2+3", "@plan", "\tx", "\rx"]
+)
+def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_is_kept_as_text(text):
+    from escalations.views.reports import CsvWriter
+
+    assert CsvWriter.cell(text) == "'" + text
+
+
+def test_other_csv_cells_are_left_as_they_are():
+    from escalations.views.reports import CsvWriter
+
+    assert [CsvWriter.cell(v) for v in ("plan.x", "a=b", 3, 2.25, None, True)] == [
+        "plan.x",
+        "a=b",
+        3,
+        "2.2",
+        "",
+        "yes",
+    ]
+
+
 # Pages
 
 
@@ -127,6 +150,46 @@ def test_work_reported_after_the_check_is_not_in_the_blast_radius(client, fleet,
     assert "with 1 artifact built on it before it was refuted" in html
     page = signed_in(carol).get(f"/runs/{Run.objects.get(key='late-artifacts').pk}/")
     assert "3 agents, 1 artifact, 7.0 min" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_csv_files_keep_agents_keys_from_running_as_formulas(client, fleet, carol, tmp_path):
+    phoenixdx(client, fleet)
+    run, plan, check, claim = '=HYPERLINK("https:evil.example";"x")', "@plan", "+chk", "-2+3"
+    tasks = [
+        {"key": plan, "agent": "planner"},
+        {"key": check, "agent": "schema", "prerequisites": [plan], "checks": [claim]},
+    ]
+    same = {"prompt_hash": "=p", "context_hash": "=c"}
+    failure = {"kind": "reasoning", "signature": "sig", "message": "m"}
+    events = [
+        ("planner", "run.started", {"title": "inj", "tasks": tasks}),
+        ("planner", "task.started", {"task": plan, "attempt": same}),
+        ("planner", "claim.posted", {"task": plan, "claim": {"key": claim, "statement": "`x`"}}),
+        ("planner", "task.finished", {"task": plan, "outcome": "succeeded"}),
+        ("schema", "task.started", {"task": check, "attempt": same}),
+        ("schema", "task.finished", {"task": check, "outcome": "failed", "failure": failure}),
+    ]
+    path = tmp_path / "inj.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"agent": a, "type": t, "timestamp": T0.isoformat(), "data": {"run": run, **d}}
+            )
+            + "\n"
+            for a, t, d in events
+        )
+    )
+    call_command("import_events", "acme", str(path), stdout=io.StringIO())
+    failed = Attempt.objects.get(task__key=check)
+    failed.pk, failed.number, failed.failure_kind = None, 2, ""  # run again, unchanged
+    failed.save()
+
+    [row] = rows_of(signed_in(carol).get("/reports/runs.csv?days=all"))
+    assert (row["run"], row["widest_claim"]) == ("'" + run, "'" + claim)
+    [retry] = rows_of(signed_in(carol).get("/reports/retries.csv?days=all"))
+    assert retry["task"] == f"'{run}/{check}"
+    assert (retry["prompt_hash"], retry["context_hash"]) == ("'=p", "'=c")
 
 
 @pytest.mark.django_db
