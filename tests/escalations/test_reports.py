@@ -73,9 +73,10 @@ def test_a_runs_blast_radius_is_its_widest_reaching_claims():
         "agents": 3,
         "artifacts": 4,
         "minutes": 40.0,
-        "tasks": 3,
+        "tasks": 2,  # the widest claim's, like its agents and artifacts: not b's task z
     }
     assert reports.run_summary({}, {})["agents"] == 0
+    assert reports.run_summary({}, {})["tasks"] == 0
 
 
 @pytest.mark.parametrize(
@@ -127,6 +128,7 @@ def test_the_all_green_run_reports_3_agents_4_prs_40_minutes_and_a_late_disaster
         "40.0",
     )
     assert run["late_disasters"] == "plan.customer-tier"
+    assert run["tasks"] == "4"  # plan.customer-tier's: api-change, api-tests, confirm-schema, ...
     html = page.content.decode()
     assert "Blast radius per run" in html and '<canvas id="blast-chart"' in html
     assert '"minutes": [40.0]' in html  # the chart's data
