@@ -122,7 +122,10 @@ class BlastRadius(Schema):
         description="Artifacts (PRs, files) the affected tasks reported while the claim was "
         "unchecked: up to its check (never checked: up to now, or to the run's end once it is over)."
     )
-    minutes: float = Field(description="From post to check, or to now while unchecked.")
+    minutes: float = Field(
+        description="From post to check; never checked, to now while the run goes on, and to "
+        "the run's end once it is over."
+    )
     tasks: list[str] = Field(description="Keys of the affected tasks.")
 
 

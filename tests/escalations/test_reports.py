@@ -132,6 +132,10 @@ def test_the_all_green_run_reports_3_agents_4_prs_40_minutes_and_a_late_disaster
     html = page.content.decode()
     assert "Blast radius per run" in html and '<canvas id="blast-chart"' in html
     assert '"minutes": [40.0]' in html  # the chart's data
+    assert (
+        "a claim never checked counts to now while its run goes on, and to the run's end "
+        "once it is over" in html
+    )
 
 
 @pytest.mark.django_db

@@ -220,3 +220,11 @@ def test_every_notification_the_demo_sends_has_what_its_schema_requires(client, 
         assert not missing, f"{delivery.type} {payload['data']} lacks {sorted(missing)}"
         seen.add(delivery.type)
     assert {"escalation.opened", "task.reframed", "task.halted", "run.failed"} <= seen
+
+
+def test_the_blast_radius_says_what_its_minutes_and_artifacts_count(client):
+    radius = client.get("/api/v1/openapi.json").json()["components"]["schemas"]["BlastRadius"]
+
+    minutes = radius["properties"]["minutes"]["description"]
+    assert "to now while the run goes on" in minutes and "to the run's end" in minutes
+    assert "while the claim was unchecked" in radius["properties"]["artifacts"]["description"]

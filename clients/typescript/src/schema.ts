@@ -704,7 +704,7 @@ export interface components {
             artifacts: number;
             /**
              * Minutes
-             * @description From post to check, or to now while unchecked.
+             * @description From post to check; never checked, to now while the run goes on, and to the run's end once it is over.
              */
             minutes: number;
             /**
