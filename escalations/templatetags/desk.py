@@ -173,9 +173,9 @@ def common_row(t: dict[str, Any]) -> str:
     )
     shown = escape(t["shown"])
     return (
-        f'\n      <tr id="{escape(t["anchor"])}"><td><strong>{escape(t["key"])}</strong>{title}'
-        f'</td><td data-label="Agent">{escape(t["agent"])}</td>\n'
+        f'\n      <tr id="{escape(t["anchor"])}"><td class="key"><strong>{escape(t["key"])}</strong>'
+        f'{title}</td><td data-label="Agent" class="key">{escape(t["agent"])}</td>\n'
         f'        <td data-label="State"><span class="badge badge-{shown}">{shown}</span></td>\n'
         f'        <td data-label="Blockers">{blocks or "—"}</td>\n'
-        f'        <td data-label="After">{escape(t["after"])}</td></tr>\n'
+        f'        <td data-label="After" class="key">{escape(t["after"])}</td></tr>\n'
     )

@@ -105,9 +105,12 @@ def test_on_a_phone_the_queues_hint_sits_under_its_heading(desk, fleet, screens)
     assert 0 <= gap <= 16, gap  # wrapped under it, not a screen's tenth further down
 
 
-def test_on_a_phone_a_box_that_scrolls_sideways_shows_a_shadow_at_its_edges(desk, fleet, screens):
-    """The reports' tables are wider than a phone and scroll in their section: the section's
-    background carries the edge shadows (and the covers that hide them at an end)."""
+def test_on_a_phone_the_reports_tables_stack_and_a_box_that_would_scroll_shows_a_shadow(
+    desk, fleet, screens
+):
+    """The reports' tables stack into labelled rows on a phone, so none scrolls sideways out of
+    sight; a section that still had to scroll carries the edge shadows on its background (and the
+    covers that hide them at an end)."""
     desk.escalate()
     member("carol", fleet, role="manager")
     screen = screens()
@@ -115,13 +118,17 @@ def test_on_a_phone_a_box_that_scrolls_sideways_shows_a_shadow_at_its_edges(desk
     page.set_viewport_size({"width": 390, "height": 844})
     screen.sign_in("carol", PASSWORD)
     page.goto("/reports/")
-    scrolling = page.evaluate(
-        """() => [...document.querySelectorAll('section, main > table')]
-            .filter(e => e.scrollWidth > e.clientWidth + 1)
-            .map(e => [getComputedStyle(e).backgroundImage, getComputedStyle(e).backgroundAttachment])"""
+    boxes = page.evaluate(
+        """() => [...document.querySelectorAll('section, main > table')].map(e => [
+            e.scrollWidth > e.clientWidth + 1,
+            getComputedStyle(e).backgroundImage,
+            getComputedStyle(e).backgroundAttachment,
+        ])"""
     )
-    assert scrolling, "no table on the reports page is wider than a phone"
-    for image, attachment in scrolling:
+    assert boxes
+    assert not [b for b in boxes if b[0]], "a reports table scrolls sideways on a phone"
+    for _, image, attachment in boxes:
         assert image.count("radial-gradient") == 2 and image.count("linear-gradient") == 2, image
         assert attachment.startswith("local, local, scroll, scroll"), attachment
+    assert page.locator("caption").first.evaluate("c => getComputedStyle(c).textAlign") == "left"
     screen.shot("mobile-reports-scroll-shadow")
