@@ -8,7 +8,7 @@ from escalations.models import Answer, Assignment, Escalation, EscalationStep, F
 from escalations.packet_draft import missing_fields
 from escalations.selectors.attempts import claims_of_task, recorded_attempts
 from escalations.selectors.evidence import evidence_rows
-from escalations.selectors.radius import REVIEWER, radii_for
+from escalations.selectors.radius import REVIEWER, radii_for, run_end
 from escalations.selectors.waiting import tasks_waiting
 from escalations.services.messages import shown_target
 from fleet.models import Agent, Delivery
@@ -95,7 +95,7 @@ def packet_view(escalation: Escalation, *, now: datetime) -> dict[str, Any]:
         ],
         "waiting": waiting,
         "joined_count": len(waiting) - 1,
-        "blast": blast_of(run, claim_rows),
+        "blast": blast_of(run, claims, claim_rows, now=now),
         "answer": answer,
         "history": history_of(escalation),
         "reroute_to": list(
@@ -121,16 +121,30 @@ def asked_for(missing: tuple[str, ...]) -> str:
     return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
-def blast_of(run: Run, claim_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """How far the packet's claims reach: the tasks, their agents and artifacts, and the longest
-    any of them stayed unchecked."""
+def blast_of(
+    run: Run, claims: list[Claim], claim_rows: list[dict[str, Any]], *, now: datetime
+) -> dict[str, Any]:
+    """How far the packet's claims reach: the tasks, their agents, the artifacts those tasks
+    reported while a claim that reached them was unchecked (as each claim's own radius counts
+    them), and the longest any of them stayed unchecked."""
     affected = sorted({k for c in claim_rows if c["radius"] for k in c["radius"]["tasks"]})
+    ended = run_end(run)
+    windows = [  # the tasks each claim reached, and until when it travelled unchecked
+        (set(row["radius"]["tasks"]), claim.checked_at or (min(now, ended) if ended else now))
+        for claim, row in zip(claims, claim_rows, strict=True)
+        if row["radius"]
+    ]
+    reported = Artifact.objects.filter(task__run=run, task__key__in=affected).values_list(
+        "task__key", "created_at"
+    )
     return {
         "tasks": affected,
         "agents": len(
             set(Task.objects.filter(run=run, key__in=affected).values_list("agent_id", flat=True))
         ),
-        "artifacts": Artifact.objects.filter(task__run=run, task__key__in=affected).count(),
+        "artifacts": sum(
+            any(key in tasks and at <= until for tasks, until in windows) for key, at in reported
+        ),
         "minutes": max((c["radius"]["minutes"] for c in claim_rows if c["radius"]), default=0),
     }
 

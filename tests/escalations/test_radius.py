@@ -75,6 +75,26 @@ def test_it_counts_only_the_artifacts_reported_before_the_check(client, fleet, t
     assert c1["blast_radius"] == radius
 
 
+def test_the_packet_pages_summary_counts_the_artifacts_as_the_claims_radius_does(
+    client, fleet, tmp_path
+):
+    """The packet page sums its claims' reach: it counted every artifact of the tasks reached,
+    the 3 PRs reported 22 minutes after the check among them (4, not 1)."""
+    from escalations.selectors.attempts import claims_of_task
+    from escalations.selectors.packet import blast_of, claim_view
+
+    phoenixdx(client, fleet)
+    run = imported(path=late_artifacts_run(tmp_path / "late.jsonl"))
+    claims = claims_of_task(run.tasks.get(key="a"))
+    radii = radii_for(run, now=AN_HOUR_IN)
+    rows = [claim_view(c, radii.get(c.key)) for c in claims]
+
+    blast = blast_of(run, claims, rows, now=AN_HOUR_IN)
+
+    assert (blast["tasks"], blast["agents"], blast["artifacts"]) == (["b", "chk", "e"], 3, 1)
+    assert blast["minutes"] == 7.0
+
+
 def test_an_unchecked_claim_keeps_counting_until_now(client, fleet):
     phoenixdx(client, fleet)
     run = imported()
