@@ -28,7 +28,12 @@ from escalations.models import (
     RoutingRule,
 )
 from escalations.services import messages
-from escalations.services.state import NOTE_MAX_CHARS, lock_escalation, unclaimed
+from escalations.services.state import (
+    NOTE_MAX_CHARS,
+    lock_escalation,
+    refuse_unless_open,
+    unclaimed,
+)
 from fleet.errors import Refusal, error
 from fleet.models import Fleet, Membership
 from runs.models import Attempt, Task
@@ -277,7 +282,8 @@ def can_hand_off(user: Any, fleet_id: int) -> bool:
 def escalation_hand_off(*, escalation: Escalation, by: Any, to: str, note: str) -> Escalation:
     """Hand a waiting escalation to another reviewer of its fleet, with a note (kept in its
     history); the new assignee is told on their channels. A claim the one handing it off holds
-    goes with it: the new assignee can act at once."""
+    goes with it: the new assignee can act at once; while another reviewer's claim is live, it is
+    refused (they are at work on it)."""
     now = timezone.now()
     escalation = lock_escalation(escalation.pk)
     if escalation.status not in Escalation.OPEN_STATES:
@@ -285,6 +291,8 @@ def escalation_hand_off(*, escalation: Escalation, by: Any, to: str, note: str) 
             f"This escalation is {escalation.status}: only a waiting one can be handed off.",
             status=409,
         )
+    # Someone else is at work on it: handing it off would leave the new reviewer unable to act.
+    refuse_unless_open(escalation, by, now)
     note = note.strip()
     problems = []
     if not note:
@@ -432,10 +440,18 @@ def remind(escalation: Escalation, now: datetime) -> tuple[int, str]:
     elif escalation.tier >= escalation.last_tier:
         users = managers_of(escalation.fleet_id)
     elif escalation.pool_id:
-        users = [
+        members = [
             m.user
             for m in PoolMember.objects.filter(pool_id=escalation.pool_id).select_related("user")
         ]
+        away = set(
+            Availability.objects.filter(user_id__in=[u.pk for u in members], away=True).values_list(
+                "user_id", flat=True
+            )
+        )
+        users = [u for u in members if u.pk not in away]  # those away are not disturbed
+        if members and not users:
+            return 0, "reached nobody: everyone in the pool is away"
     else:
         users = []
     written = messages.queue_messages(escalation, "reminder", users=users, at=now)

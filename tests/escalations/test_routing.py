@@ -41,6 +41,42 @@ def test_a_reviewer_who_is_away_is_skipped(desk, people):
     assert "every reviewer in it is away" in note
 
 
+def test_a_pool_reminder_is_not_sent_to_reviewers_who_are_away(desk, people):
+    """Nobody was free when it came in; at half time the reminder goes to whoever is back,
+    never to those still away (before, everyone in the pool got it)."""
+    for name in ("alice", "bob"):
+        people[name].email = f"{name}@example.com"
+        people[name].save(update_fields=["email"])
+        routing.reviewer_set_away(user=people[name], away=True)
+    pool(desk.fleet, "planners", "alice", "bob")
+    route(desk.fleet, "planners")
+    due(desk.fleet, 60)
+    escalation = desk.escalate()
+    assert escalation.assignee is None
+    routing.reviewer_set_away(user=people["bob"], away=False)
+
+    assert routing.sweep(escalation.opened_at + timedelta(minutes=40))["reminder"] == 1
+
+    reminded = escalation.messages.filter(reason="reminder").values_list("target", flat=True)
+    assert list(reminded) == ["bob@example.com"]
+
+
+def test_a_pool_reminder_when_everyone_is_away_reaches_nobody_and_says_so(desk, people):
+    people["alice"].email = "alice@example.com"
+    people["alice"].save(update_fields=["email"])
+    routing.reviewer_set_away(user=people["alice"], away=True)
+    pool(desk.fleet, "planners", "alice")
+    route(desk.fleet, "planners")
+    due(desk.fleet, 60)
+    escalation = desk.escalate()
+
+    routing.sweep(escalation.opened_at + timedelta(minutes=40))
+
+    assert not escalation.messages.filter(reason="reminder").exists()
+    [step] = escalation.steps.all()
+    assert (step.reached, step.note) == (0, "reached nobody: everyone in the pool is away")
+
+
 def test_rules_route_by_what_the_escalation_is_about(desk, people):
     pool(desk.fleet, "coders", "bob")
     pool(desk.fleet, "planners", "carol")
@@ -138,6 +174,22 @@ def test_a_hand_off_by_the_reviewer_holding_the_claim_gives_the_claim_up(desk, p
     committed(escalation_answer, escalation=escalation, reviewer=people["bob"], text="points")
     escalation.refresh_from_db()
     assert escalation.status == "answered"
+
+
+def test_a_hand_off_while_another_reviewer_holds_the_claim_is_refused(desk, people):
+    """Before, bob handed alice's claimed escalation to carol, who was told 'Handed to you' and
+    then refused when she tried to act: alice was still at work on it."""
+    from escalations.services import escalation_claim
+
+    member("carol", desk.fleet)
+    escalation = desk.escalate()
+    escalation_claim(escalation=escalation, reviewer=people["alice"])
+    with pytest.raises(Refusal, match=r"^Claimed by alice until .*: ask them, or wait") as refused:
+        routing.escalation_hand_off(escalation=escalation, by=people["bob"], to="carol", note="x")
+    assert refused.value.status == 409
+    escalation.refresh_from_db()
+    assert escalation.claimed_by == people["alice"]
+    assert not escalation.assignments.filter(kind="handed-off").exists()
 
 
 @pytest.mark.parametrize(
