@@ -55,10 +55,17 @@ def retry_window_s() -> float:
 
 # Configuring channels.
 
+MAX_EMAIL_CHARS = 254
+
 
 def checked_target(kind: str, target: str) -> str:
     target = target.strip()
     if kind == Channel.Kind.EMAIL:
+        if len(target) > MAX_EMAIL_CHARS:  # what a mail server takes in a path (RFC 5321)
+            raise Refusal(
+                [error("target", f"is {len(target):,} characters; an email address has at most "
+                                 f"{MAX_EMAIL_CHARS}")]
+            )  # fmt: skip
         try:
             validate_email(target)
         except ValidationError:

@@ -221,6 +221,7 @@ def test_the_packet_page_shows_the_messages_sent(routed, alice, chat):
     ("kind", "target", "expected"),
     [
         ("email", "not-an-address", "'not-an-address' is not an email address"),
+        ("email", "a" * 300 + "@x.test", "is 307 characters; an email address has at most 254"),
         ("chat", "nosuchservice://x", "is not a chat URL Apprise knows"),
         ("sms", "123", "'sms' is not a channel kind"),
     ],
