@@ -2,6 +2,10 @@
 (function () {
   "use strict";
 
+  function shortened(label) {
+    return label.length > 24 ? label.slice(0, 23) + "\u2026" : label;
+  }
+
   function draw() {
     var canvas = document.getElementById("blast-chart");
     var source = document.getElementById("chart-data");
@@ -21,6 +25,8 @@
         maintainAspectRatio: false,
         animation: false,
         scales: {
+          // A run's key may be 200 characters: the axis shows its start, the tooltip all of it.
+          x: { ticks: { callback: function (value) { return shortened(this.getLabelForValue(value)); } } },
           minutes: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "minutes" } },
           agents: { type: "linear", position: "right", beginAtZero: true, ticks: { precision: 0 }, grid: { drawOnChartArea: false }, title: { display: true, text: "agents / artifacts" } }
         }
