@@ -31,14 +31,16 @@ install: $(VENV)/.installed node_modules/.installed clients/typescript/node_modu
 
 run: install
 	$(PY) manage.py migrate --no-input -v 0
+	@mkdir -p var && echo $(PORT) >var/port
 	SITE_URL=http://127.0.0.1:$(PORT) LOG_LEVEL=WARNING $(PY) manage.py demo --quiet
 	@bin/run-embedded $(PORT)
 
 # The demo as new: its fleet and everything it recorded are deleted and the stories played again
 # (the environment, other fleets and users stay). Stop `make run` first, then start it again.
+# Its links are on the port `make run` last served (var/port), unless PORT is given.
 demo-reset: install
 	$(PY) manage.py migrate --no-input -v 0
-	SITE_URL=http://127.0.0.1:$(PORT) LOG_LEVEL=WARNING $(PY) manage.py demo --reset --quiet
+	SITE_URL=http://127.0.0.1:$(if $(filter command line environment,$(origin PORT)),$(PORT),$(shell cat var/port 2>/dev/null || echo $(PORT))) LOG_LEVEL=WARNING $(PY) manage.py demo --reset --quiet
 
 # The suite in TEST_WORKERS processes (pytest-xdist), a test file to each at a time; each worker
 # has its own test database, Redis databases and var/ folder (tests/parallel.py). TEST_WORKERS=0

@@ -173,7 +173,7 @@ def load() -> dict[str, Any]:
                 page(all_green.RUN)
             ),
             f"the forge outage ({forge_now(fleet)})": page(forge_outage.RUN),
-            "the capabilities (as manager, mark the forge up to release them)": "/capabilities/",
+            f"the capabilities ({forge_hint(fleet)})": "/capabilities/",
             f"the hung test run ({run_state_now(fleet, hung_test_run.RUN)})": page(
                 hung_test_run.RUN
             ),
@@ -238,6 +238,19 @@ def forge_now(fleet: Fleet) -> str:
     )
     done = run.tasks.filter(state="succeeded").count()
     return f"{done} tasks done, {deferred} waiting with capability:forge"
+
+
+def forge_hint(fleet: Fleet) -> str:
+    """What to do on the capabilities board: release the forge's tasks, while any wait on it."""
+    waiting = Blocker.objects.filter(
+        task__run__fleet=fleet, task__run__key=forge_outage.RUN, code="capability:forge",
+        cleared_at__isnull=True,
+    ).exists()  # fmt: skip
+    return (
+        "as manager, mark the forge up to release them"
+        if waiting
+        else "the forge is back: its tasks were released"
+    )
 
 
 def drafted_now(fleet: Fleet, run_key: str) -> str:

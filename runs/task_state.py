@@ -298,7 +298,9 @@ def where_it_is(task: Task) -> str:
             f"its attempt {attempt['number']} {attempt['outcome']}"
             + (f" ({message})" if message else "")
         )
-    if task.state == Task.State.PENDING:
+    if task.state == Task.State.PENDING and attempt is None:
+        said.append("it has not started: send task.started once it is ready")
+    elif task.state == Task.State.PENDING:
         said.append("start its next attempt with task.started (its context says what changed)")
     elif task.state == Task.State.FAILED:
         retry = (

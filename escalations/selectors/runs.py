@@ -21,7 +21,7 @@ def runs_of(user: Any) -> QuerySet[Run]:
 
 def runs_listed(found: QuerySet[Run], limit: int) -> list[Run]:
     """The newest `limit` runs of `found`, each with its number of tasks (`task_count`) and of
-    waiting escalations (`waiting`). The page is cut first and each shown run counted after
+    tasks waiting for a reviewer (`waiting`). The page is cut first and each shown run counted after
     (subqueries PostgreSQL evaluates past the LIMIT): counted by joining every run's tasks and
     escalations before the cut, the page read every task of the database to show fifty runs
     (11 s with a million tasks)."""
@@ -32,7 +32,8 @@ def runs_listed(found: QuerySet[Run], limit: int) -> list[Run]:
             Subquery(per_run.annotate(n=Count("pk")).values("n")), 0, output_field=IntegerField()
         )
 
-    waiting = Escalation.objects.filter(status__in=Escalation.OPEN_STATES)
+    # Its tasks with a person: one escalation may hold several (a question asked twice, joined).
+    waiting = Task.objects.filter(state=Task.State.ESCALATED)
     return list(
         found.order_by("-started_at", "-pk").annotate(
             task_count=counted(Task.objects.all()), waiting=counted(waiting)

@@ -43,5 +43,7 @@ def message_log(user: Any, *, fleet: str) -> list[dict[str, Any]]:
         found = found.filter(escalation__fleet__name=fleet)
     return [
         {"message": m, "target": shown_target(m.kind, m.target)}
-        for m in found.select_related("escalation", "escalation__fleet").order_by("-id")[:50]
+        for m in found.select_related("escalation", "escalation__fleet").order_by(
+            "-created_at", "-id"
+        )[:50]
     ]

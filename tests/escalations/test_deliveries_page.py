@@ -133,3 +133,21 @@ def test_the_page_title_is_its_name_and_the_log_is_shown_once(client, bob, fleet
 
     assert "<title>Deliveries · Bulkhead</title>" in page
     assert page.count('id="messages-title"') == 1
+
+
+def test_the_messages_are_listed_newest_first_by_when_they_were_made(client, desk, bob):
+    """The demo records messages at its stories' times: listed by id, the Created column ran
+    02:21, 02:24, 02:23."""
+    from escalations.models import Message
+
+    escalation = desk.escalate()
+    now = timezone.now()
+    for minutes, reason in ((3, "first"), (9, "latest"), (6, "middle")):  # ids in another order
+        Message.objects.create(
+            escalation=escalation, kind="email", target=f"{reason}@example.com", reason=reason,
+            subject="s", body="b", next_attempt_at=now, created_at=now.replace(minute=minutes),
+        )  # fmt: skip
+    client.force_login(bob)
+    page = client.get("/deliveries/").content.decode()
+    shown = [page.index(f"{reason}@example.com") for reason in ("latest", "middle", "first")]
+    assert shown == sorted(shown)

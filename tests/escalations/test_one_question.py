@@ -494,3 +494,16 @@ def test_the_escalation_of_a_joined_task_asking_another_question_is_routed(desk,
         desk, "r-coder", smallest_unblocking_question="Which currency do we bill in?"
     )
     routed_like_any_other(Escalation.objects.get(pk=other.json()["escalation"]))
+
+
+def test_the_runs_list_counts_each_task_waiting_on_the_shared_question(desk, alice):
+    """Two tasks of one run wait on one escalation: the runs list said 1 (escalations); it
+    counts the tasks with a person, 2."""
+    desk.run("eu", [{"key": "invoice", "agent": "coder"}, {"key": "tax", "agent": "coder-b"}])
+    shared = submit(desk, "eu", "invoice").json()["escalation"]
+    assert submit(desk, "eu", "tax").json()["escalation"] == shared
+
+    page = signed_in(alice).get("/runs/").content.decode()
+
+    row = page[page.index(">eu<") : page.index("</tr>", page.index(">eu<"))]
+    assert '?status=all">2</a>' in row

@@ -305,6 +305,8 @@ def test_demo_loads_the_stories_as_the_app_computes_them(settings, tmp_path):
     Blocker.objects.filter(code="capability:forge").update(cleared_at=failed.finished_at)
     again = " | ".join(run_command("demo")["look_at"])
     assert "the forge outage (4 tasks done, 0 waiting with capability:forge)" in again
+    assert "the capabilities (as manager, mark the forge up to release them)" in said
+    assert "the capabilities (the forge is back: its tasks were released)" in again
 
 
 @pytest.mark.django_db(transaction=True)

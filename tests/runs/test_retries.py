@@ -592,6 +592,19 @@ def test_a_refuted_claim_reframes_the_task_that_posted_it_with_reality(
     assert open_codes("build") == {"claim:tier", "prerequisite:plan"}
 
 
+def test_a_finish_of_a_task_never_started_says_it_has_not_started(hooked, planner, receiver):
+    planner.post("run.started", {"run": RUN, "tasks": [task("plan", agent="planner")]})
+    early = planner.post("task.finished", {"run": RUN, "task": "plan", "outcome": "succeeded"})
+    assert early.status_code == 409
+    assert early.json()["errors"] == [
+        {
+            "loc": "data.task",
+            "msg": "task 'plan' is pending, not running: it has not started: send task.started "
+            "once it is ready",
+        }
+    ]
+
+
 def test_a_finish_after_a_refutation_ended_the_attempt_is_told_why(hooked, planner, receiver):
     """The agent is still at work when its claim is refuted: its attempt fails then, and the
     finish it sends afterwards is refused saying so (before: only "is pending, not running")."""
