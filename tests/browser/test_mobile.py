@@ -132,3 +132,29 @@ def test_on_a_phone_the_reports_tables_stack_and_a_box_that_would_scroll_shows_a
         assert attachment.startswith("local, local, scroll, scroll"), attachment
     assert page.locator("caption").first.evaluate("c => getComputedStyle(c).textAlign") == "left"
     screen.shot("mobile-reports-scroll-shadow")
+
+
+def test_on_a_phone_a_capability_is_a_card_with_its_button_in_sight(desk, fleet, screens):
+    """The board's seven columns scrolled sideways with no cue, 'Mark forge up' at x≈542 of a
+    390 px screen; each capability is a card, its facts labelled, its button in reach."""
+    from fleet.models import Capability
+
+    Capability.objects.update_or_create(
+        fleet=fleet, name="forge", defaults={"status": "down", "reason": "GitHub is down"}
+    )
+    member("carol", fleet, role="manager")
+    screen = screens()
+    page = screen.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    screen.sign_in("carol", PASSWORD)
+    page.goto("/capabilities/")
+    button = page.get_by_role("button", name="Mark forge up")
+    expect()(button).to_be_visible()
+    box = button.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+    board = page.locator("table.capabilities")
+    assert page.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth + 1",
+                         board.element_handle())  # fmt: skip
+    expect()(page.locator("td[data-label='Reason']").first).to_contain_text("GitHub is down")
+    screen.shot("mobile-capabilities-card")
+    assert not screen.problems, screen.problems
