@@ -158,3 +158,36 @@ def test_on_a_phone_a_capability_is_a_card_with_its_button_in_sight(desk, fleet,
     expect()(page.locator("td[data-label='Reason']").first).to_contain_text("GitHub is down")
     screen.shot("mobile-capabilities-card")
     assert not screen.problems, screen.problems
+
+
+def test_on_a_phone_each_email_or_chat_message_is_a_card(desk, fleet, screens):
+    """The messages' table wrapped addresses a few letters a line and hid Status and Tries
+    behind a sideways scroll; each message is a card, every fact in sight."""
+    from django.utils import timezone
+
+    from escalations.models import Message
+
+    escalation = desk.escalate()
+    target = "escalations-for-the-pricing-team" + "x" * 40 + "@example.com"
+    Message.objects.create(
+        escalation=escalation, kind="email", target=target, reason="opened", subject="s",
+        body="b", next_attempt_at=timezone.now(), created_at=timezone.now(), status="sent",
+        attempts=1,
+    )  # fmt: skip
+    member("carol", fleet, role="manager")
+    screen = screens()
+    page = screen.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    screen.sign_in("carol", PASSWORD)
+    page.goto("/deliveries/")
+    table = page.locator("table.messages")
+    assert page.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth + 1",
+                         table.element_handle())  # fmt: skip
+    for label in ("Status", "Tries"):
+        cell = table.locator(f"td[data-label='{label}']").first
+        expect()(cell).to_be_visible()
+        box = cell.bounding_box()
+        assert box["x"] + box["width"] <= 390, (label, box)
+    assert page_width(page) <= 390
+    screen.shot("mobile-deliveries-messages")
+    assert not screen.problems, screen.problems
