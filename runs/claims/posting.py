@@ -214,6 +214,22 @@ def claim_check(
                 "another agent's text is not evidence: cite a query, a file, a test run or an HTTP exchange",
             )
         )
+    unrelated = (
+        checker_task is not None
+        and checked is not None
+        and not imported
+        and not may_check(checked, checker_task)
+    )
+    if unrelated:
+        assert checker_task is not None and checked is not None
+        errors.append(
+            error(
+                "data.task",
+                f"task {checker_task.key!r} neither consumes nor checks claim {checked.key!r}: "
+                "a claim is checked by a task that builds on it, or one declared to check it "
+                "(`checks` in its spec)",
+            )
+        )
     if errors:
         raise Refusal(errors)
     assert checker_task is not None and checked is not None
@@ -234,6 +250,22 @@ def claim_check(
         "status": checked.status,
         "verdict": "pending verification",
     }
+
+
+def may_check(claim: Claim, task: Task) -> bool:
+    """A task checks a claim it builds on (it consumes it, or named it when it started) or one
+    it is declared to check (`checks`); its producer's own check is judged circular later. An
+    unrelated task's verdict would halt, reframe or release work it has no part in."""
+    if claim.key in task.checks or claim.key in task.consumes or task.pk == claim.task_id:
+        return True
+    if ClaimUse.objects.filter(claim=claim, task=task).exists():
+        return True
+    if task.consumes_declared or claim.superseded:
+        return False
+    # It consumes implicitly what the tasks above it posted: its producer is among them (a walk
+    # up from the task, reading its ancestors, not the run).
+    above = consumers.reach(task.pk, down=False)
+    return Task.objects.filter(pk=claim.task_id).filter(pk__in=above).exists()
 
 
 def record_imported_check(

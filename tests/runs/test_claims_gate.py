@@ -217,6 +217,37 @@ def test_a_check_of_an_unknown_claim_or_task_is_refused_naming_the_field(client,
     assert unknown_task.json()["errors"][0]["loc"] == "data.task"
 
 
+def test_a_check_from_a_task_that_neither_consumes_nor_checks_the_claim_is_refused(client, seed):
+    """An unrelated task's verdict refuted a verified claim: its consumers were halted and its
+    producer reframed on the word of a task with no part in it. Only a consumer (declared, or
+    below the producer) or a declared checker checks a claim."""
+    plan_posts(seed)
+    seed.planner.post(
+        "tasks.added",
+        {"run": RUN, "tasks": [{"key": "docs", "agent": "coder-a", "consumes": []}]},
+        received=at(2),
+    )
+    evidence = {"kind": "query_result", "source": "SELECT 1", "payload_hash": payload_hash({})}
+    body = {"run": RUN, "task": "docs", "claim": "plan.customer-tier", "verdict": "refuted"}
+
+    refused = seed.coder_a.post("claim.checked", {**body, "evidence": evidence}, received=at(3))
+
+    assert refused.status_code == 422
+    assert refused.json()["errors"] == [
+        {
+            "loc": "data.task",
+            "msg": "task 'docs' neither consumes nor checks claim 'plan.customer-tier': a claim "
+            "is checked by a task that builds on it, or one declared to check it (`checks` in "
+            "its spec)",
+        }
+    ]
+    assert not Evidence.objects.filter(role="check").exists()
+    # Its consumer and its declared checker may.
+    by_consumer = {**body, "task": "discount-resolver", "evidence": evidence}
+    assert seed.coder_a.post("claim.checked", by_consumer, received=at(3)).status_code == 202
+    assert check(seed, evidence).status_code == 202
+
+
 @pytest.mark.parametrize(
     ("evidence", "loc"),
     [

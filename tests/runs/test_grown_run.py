@@ -59,6 +59,7 @@ def reads_its_own(queries: CaptureQueriesContext) -> None:
 
 
 def test_a_start_a_check_and_a_failed_finish(planner: Sender) -> None:
+    Task.objects.filter(run__key="r1", key="t2501").update(checks=["k2500"])  # its checker
     response, queries = start(planner, "t2501")
     assert response.status_code == 202, response.content
     reads_its_own(queries)
