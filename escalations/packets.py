@@ -155,15 +155,43 @@ class Packet:
         return content
 
 
+# Signs that change what a question asks: "+5%" and "-5%", "> 500" and "< 500" differ.
+_MEANING = frozenset("+<>=%‰±≤≥≠≈")
+_MINUS = frozenset("-\u2212")
+
+
 def question_key(question: str) -> str:
     """The question with case, spacing and punctuation set aside: two agents asking the same
     thing in slightly different typing get the same key ("Which tier source?" and
-    "which  tier source ?")."""
+    "which  tier source ?"). Signs and comparisons stay: "a discount of +5%?" and "of -5%?"
+    are two questions, as are "> 500" and "< 500"."""
     folded = unicodedata.normalize("NFKC", question).casefold()
-    kept = "".join(
-        " " if unicodedata.category(ch).startswith(("P", "Z", "C", "S")) else ch for ch in folded
-    )
-    return " ".join(kept.split())[:500]
+    kept = []
+    for at, ch in enumerate(folded):
+        after = folded[at + 1 : at + 2]
+        if ch in _MINUS and after.isdigit() and not folded[at - 1 : at].isalnum():
+            kept.append(" -")  # a negative number's sign, not a hyphen between words
+        elif ch in _MEANING or unicodedata.category(ch) == "Sc":
+            kept.append(f" {ch} ")
+        elif unicodedata.category(ch).startswith(("P", "Z", "C", "S")):
+            kept.append(" ")
+        else:
+            kept.append(ch)
+    return " ".join("".join(kept).split())[:500]
+
+
+# What a careless agent writes for a question or an attempt it did not describe.
+PLACEHOLDERS = frozenset(
+    {"todo", "tbd", "tba", "n a", "na", "none", "nothing", "null", "placeholder", "xxx", "same",
+     "etc", "idk"}
+)  # fmt: skip
+
+
+def wordless(text: str) -> bool:
+    """No words a person could act on: fewer than two letters (punctuation, a zero-width space,
+    "?") or a placeholder ("TODO?", "n/a")."""
+    letters = sum(1 for ch in text if unicodedata.category(ch).startswith("L"))
+    return letters < 2 or question_key(text) in PLACEHOLDERS
 
 
 def same_question(*, key: str, dedup_key: str, other_key: str, other_dedup_key: str) -> bool:
@@ -300,9 +328,12 @@ def _text_list(
     items = bounded_list(raw[name], where, errors, what="strings", allow_empty=False, hint=hint)
     if items is None:
         return None
-    return all_valid(
-        [free_text(item, f"{where}.{i}", errors, hint=hint) for i, item in enumerate(items)]
-    )
+    texts = [free_text(item, f"{where}.{i}", errors, hint=hint) for i, item in enumerate(items)]
+    for i, text in enumerate(texts):
+        if text is not None and wordless(text):
+            errors.append(PacketError(f"{where}.{i}", f"is {text!r}, a placeholder: {hint}"))
+            texts[i] = None
+    return all_valid(texts)
 
 
 def _ruled_out(
@@ -362,6 +393,11 @@ def _question(raw: Mapping[Any, Any], where: str, errors: list[PacketError]) -> 
                 f"is {len(text):,} characters; {hint} — the reviewer should be able to answer it "
                 "in 30 seconds",
             )
+        )
+        return None
+    if wordless(text):
+        errors.append(
+            PacketError(where, f"is {text!r}, a placeholder, not a question: {hint}, in words")
         )
         return None
     asked = len(_QUESTION_END.findall(_INLINE_CODE.sub("``", text)))

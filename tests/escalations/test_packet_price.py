@@ -191,7 +191,7 @@ def test_the_careless_packet_is_accepted_but_pays_its_price_on_the_page(escalati
     escalation, desk = escalation_of
     careless = {
         "task": "plan",
-        "tried": ["x"],
+        "tried": ["looked"],
         "ruled_out": [],
         "evidence": [{"kind": "query_result", "source": "SELECT 1", "payload_hash": HASH,
                       "datasource": "orders"}],

@@ -15,6 +15,28 @@ def test_case_spacing_and_punctuation_are_set_aside() -> None:
     assert question_key("Which tier source?") != question_key("Which tier sources?")
 
 
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("Should gold customers get a discount of +5%?", "… of -5%?"),
+        ("Is the threshold > 500 points?", "Is the threshold < 500 points?"),
+        ("Is the threshold >= 500 points?", "Is the threshold = 500 points?"),
+        ("Is the budget $500?", "Is the budget €500?"),
+        ("Is the offset -3 hours?", "Is the offset 3 hours?"),
+    ],
+)
+def test_signs_and_comparisons_are_part_of_the_question(one: str, other: str) -> None:
+    """An independent careless agent's "+5%" and "-5%" joined one escalation: one answer would
+    have released both."""
+    other = one.replace("of +5%", "of -5%") if other.startswith("…") else other
+    assert question_key(one) != question_key(other)
+
+
+def test_a_hyphen_between_words_is_still_set_aside() -> None:
+    assert question_key("Is it a follow-up?") == question_key("Is it a follow up?")
+    assert question_key("Use tier-2 pricing?") == question_key("Use tier 2 pricing?")
+
+
 @given(st.text(max_size=200))
 def test_a_key_is_its_own_key(text: str) -> None:
     key = question_key(text)

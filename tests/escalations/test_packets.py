@@ -179,6 +179,29 @@ def test_it_refuses_empty_text(fields: dict[str, Any], loc: str) -> None:
     assert message(with_(**fields), loc).startswith("is empty")
 
 
+@pytest.mark.parametrize(
+    ("fields", "loc"),
+    [
+        ({"smallest_unblocking_question": "?"}, "packet.smallest_unblocking_question"),
+        ({"smallest_unblocking_question": "TODO?"}, "packet.smallest_unblocking_question"),
+        ({"smallest_unblocking_question": "¿?"}, "packet.smallest_unblocking_question"),
+        ({"smallest_unblocking_question": "\u200b?"}, "packet.smallest_unblocking_question"),
+        ({"tried": ["n/a"]}, "packet.tried.0"),
+        ({"tried": ["looked at the plan", "."]}, "packet.tried.1"),
+    ],
+)
+def test_it_refuses_a_placeholder_for_the_question_or_an_attempt(
+    fields: dict[str, Any], loc: str
+) -> None:
+    """A careless agent's "?" (or "TODO?", a zero-width space and "?") was a question a reviewer
+    saw as "?"; "n/a" was what it tried."""
+    assert "a placeholder" in message(with_(**fields), loc)
+
+
+def test_a_short_real_question_is_a_question() -> None:
+    assert isinstance(validate_packet(with_(smallest_unblocking_question="EUR or USD?")), Packet)
+
+
 def test_it_names_each_unknown_field() -> None:
     packet = with_(priority="high", agent="coder-a")
 
@@ -567,10 +590,14 @@ TEXT = st.text(
 ).filter(lambda s: s.strip() and s == s.strip())
 
 
+# Words a person can act on: a placeholder ("?", "n/a") is refused as one.
+WORDS = TEXT.map(lambda text: f"read {text}")
+
+
 @given(
-    tried=st.lists(TEXT, min_size=1, max_size=5),
+    tried=st.lists(WORDS, min_size=1, max_size=5),
     ruled_out=st.lists(st.tuples(TEXT, TEXT), max_size=3),
-    question=TEXT,
+    question=WORDS,
     options=st.lists(TEXT, max_size=4, unique_by=str.casefold),
 )
 def test_any_well_formed_packet_is_accepted_as_sent(
