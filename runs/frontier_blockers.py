@@ -142,17 +142,21 @@ def _claim_blockers(
 
     - a claim it names in `consumes` that blocks (see `_blocks`);
     - `upstream`: the blocking claims of the tasks it depends on, when it named no `consumes`;
-    - a claim refuted while it, or one of its prerequisites, was running on it (a halt), until
-      the claim is verified again: what that work produced is held.
+    - a claim refuted while it was running on it (a halt), until the claim is verified again;
+    - and, even one it checks, a claim refuted while one of its prerequisites was running on
+      it: what that work produced is held.
     """
     claims = world.claims
     found = {claim for claim in node.consumes if _blocks(claims.get(claim))}
     if node.implicit:
         found.update(upstream)
-    for holder in (node, *(nodes.get(p) for p in node.prerequisites)):
+    found.update(c for c in node.halted_on if not _settled(claims.get(c)))
+    found.difference_update(node.checks)
+    # What a halted prerequisite produced is held whatever this task checks: declaring `checks`
+    # does not let a task build on work done on a refuted claim.
+    for holder in (nodes.get(p) for p in node.prerequisites):
         if holder is not None and holder.halted_on:
             found.update(c for c in holder.halted_on if not _settled(claims.get(c)))
-    found.difference_update(node.checks)
     return ["claim:" + claim for claim in found]
 
 

@@ -543,7 +543,9 @@ def local_blockers(nodes: Mapping[str, TaskNode], world: World, key: str) -> set
     for holder in (key, *node.prerequisites):
         for claim in nodes[holder].halted_on:
             view = world.claims.get(claim)
-            if (view is None or view.status != "verified") and claim not in node.checks:
+            # Its own halt spares a claim it checks; a halted prerequisite's output never.
+            spared = holder == key and claim in node.checks
+            if (view is None or view.status != "verified") and not spared:
                 found.add(f"claim:{claim}")
     found |= {f"escalation:{e}" for e in world.escalations.get(key, ())}
     return found

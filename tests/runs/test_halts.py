@@ -125,6 +125,24 @@ def test_its_finish_releases_nothing_until_the_claim_is_verified_again(client, s
     assert start(seed.coder_b, "api-tests").status_code == 202
 
 
+def test_declaring_checks_does_not_let_a_task_build_on_a_halted_tasks_output(client, seed, hooked):
+    """A careless orchestrator added a task below the halted one that 'checks' the refuted
+    claim: the checks exemption let it start on what the halted task produced."""
+    running_on_a_verified_claim(seed)
+    by_hand("refuted", "information_schema has no customer_tier on customers")
+    finish(seed.coder_a, "discount-resolver")
+    sneak = {"key": "sneak", "agent": "coder-b", "prerequisites": ["discount-resolver"],
+             "checks": [CLAIM]}  # fmt: skip
+    assert seed.planner.post("tasks.added", {"run": RUN, "tasks": [sneak]}).status_code == 202
+
+    refused = start(seed.coder_b, "sneak")
+
+    assert refused.status_code == 409
+    assert {"loc": "blockers", "msg": f"claim:{CLAIM}"} in refused.json()["errors"]
+    by_hand("verified", "the column was added by migration 0042 after all")
+    assert start(seed.coder_b, "sneak").status_code == 202
+
+
 def test_a_reviewers_answer_that_takes_the_claims_key_settles_the_halt(client, seed, hooked):
     running_on_a_verified_claim(seed)
     by_hand("refuted", "information_schema has no customer_tier on customers")
