@@ -117,7 +117,12 @@ def claim_posted(context: Context, data: ClaimPosted) -> dict[str, Any]:
 def claim_posting(context: Context, data: ClaimPosted) -> Posting:
     """A claim.posted of a batch, for `runs.bulk`."""
     return Posting(
-        actor=context.actor, at=context.at, run=data.run, task=data.task, claim=claim_spec(data)
+        actor=context.actor,
+        at=context.at,
+        run=data.run,
+        task=data.task,
+        claim=claim_spec(data),
+        sent_by=posting.sent_by(context.actor, context.sender),
     )
 
 

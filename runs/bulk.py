@@ -66,6 +66,7 @@ class Posting:
     run: str
     task: str
     claim: ClaimSpec
+    sent_by: str = ""  # the orchestrator that sent it for `actor`, if one did
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ class Stretch:
             load_bearing=True,
             about=list(claim.about),
             posted_by=by,
+            sent_by=posting.sent_by,
             posted_at=posting.at,
             status_reason=reason,
             verification_pending=(
@@ -195,6 +197,7 @@ class Stretch:
         if evidence is not None:
             agent_text = cites_an_agent(evidence.source)
             stored = evidence_of(evidence, role="posted", by=by, task_id=row.pk, at=posting.at)
+            stored.sent_by = posting.sent_by
             stored.verdict = Claim.Status.UNVERIFIED if agent_text or not subjects else ""
             stored.verdict_reason = AGENT_TEXT if agent_text else "" if subjects else NO_SUBJECT
             self.writes.evidence.append((posted, stored))

@@ -202,6 +202,13 @@ class Claim(models.Model):
     about = models.JSONField(default=list, blank=True)
     # Who posted it: agent:<name>, or reviewer:<user> for a reviewer's answer (on the task answered).
     posted_by = models.CharField(max_length=200, blank=True)
+    sent_by = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The orchestrator that sent it for `posted_by` (data.agent), if one did.",
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.UNVERIFIED)
     status_reason = models.CharField(max_length=500, blank=True)
     posted_at = models.DateTimeField()
@@ -243,6 +250,13 @@ class Evidence(models.Model):
     datasource = models.CharField(max_length=100, blank=True)
     workspace = models.CharField(max_length=100, blank=True)
     submitted_by = models.CharField(max_length=200)
+    sent_by = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The orchestrator that sent it for `submitted_by` (data.agent), if one did.",
+    )
     # The task it was posted or checked from (the producer's, or the checker's); None for reality.
     task = models.ForeignKey(
         Task, on_delete=models.CASCADE, null=True, blank=True, related_name="evidence_submitted"

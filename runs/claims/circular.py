@@ -37,9 +37,12 @@ def circular(claim: Claim, row: Evidence, verdict: str) -> str | None:
                 f"task {claim.task.key} produced this claim: a check by its producer is "
                 "circular and never verifies it"
             )
-        if row.submitted_by in producers(claim):
+        checker = next(
+            (who for who in (row.submitted_by, row.sent_by) if who in producers(claim)), None
+        )
+        if checker is not None:
             return (
-                f"{row.submitted_by} produced this claim: a check by its producer is circular "
+                f"{checker} produced this claim: a check by its producer is circular "
                 "and never verifies it"
             )
     if row.kind == "file_read":
@@ -48,8 +51,9 @@ def circular(claim: Claim, row: Evidence, verdict: str) -> str | None:
 
 
 def producers(claim: Claim) -> set[str]:
-    """Who produced the claim: who posted it, and the producing task's agent (`agent:<name>`)."""
-    return {claim.posted_by, f"agent:{claim.task.agent.name}"} - {""}
+    """Who produced the claim: who posted it, the orchestrator that sent it for them, and the
+    producing task's agent (`agent:<name>`)."""
+    return {claim.posted_by, claim.sent_by, f"agent:{claim.task.agent.name}"} - {""}
 
 
 def artifact_read(claim: Claim, row: Evidence) -> str | None:

@@ -43,12 +43,26 @@ def evidence_of(
 
 
 def evidence_row(
-    claim: Claim, evidence: EvidenceSpec, *, role: str, by: str, task: Task, at: datetime
+    claim: Claim,
+    evidence: EvidenceSpec,
+    *,
+    role: str,
+    by: str,
+    task: Task,
+    at: datetime,
+    sent_by: str = "",
 ) -> Evidence:
     row = evidence_of(evidence, role=role, by=by, task_id=task.pk, at=at)
     row.claim = claim
+    row.sent_by = sent_by
     row.save(force_insert=True)
     return row
+
+
+def sent_by(actor: Agent, sender: Agent | None) -> str:
+    """The orchestrator that sent an event for `actor` (data.agent), or "": a claim it posted
+    for another agent is still its own when it checks it."""
+    return f"agent:{sender.name}" if sender is not None and sender.pk != actor.pk else ""
 
 
 def posted_reason(evidence: EvidenceSpec | None, *, imported: bool, subjects: bool) -> str:
@@ -118,6 +132,7 @@ def claim_post(
         load_bearing=claim.load_bearing,
         about=list(claim.about),
         posted_by=by,
+        sent_by=sent_by(actor, sender),
         posted_at=at,
         status_reason=reason,
         # An imported claim is history: what checked it, if anything, is in the file.
@@ -126,7 +141,9 @@ def claim_post(
     rows.add(posted)
     posted._state.fields_cache.update(run=found, task=row)
     if evidence is not None:
-        posted_evidence = evidence_row(posted, evidence, role="posted", by=by, task=row, at=at)
+        posted_evidence = evidence_row(
+            posted, evidence, role="posted", by=by, task=row, at=at, sent_by=posted.sent_by
+        )
         # Never re-checked: another agent's text, or a claim no evidence can bear on.
         agent_text = cites_an_agent(evidence.source)
         if agent_text or (not subjects and not imported):
@@ -234,7 +251,13 @@ def claim_check(
         raise Refusal(errors)
     assert checker_task is not None and checked is not None
     row = evidence_row(
-        checked, evidence, role="check", by=f"agent:{actor.name}", task=checker_task, at=at
+        checked,
+        evidence,
+        role="check",
+        by=f"agent:{actor.name}",
+        task=checker_task,
+        at=at,
+        sent_by=sent_by(actor, sender),
     )
     row.verdict = verdict  # the checker's verdict; the verifier's judgement goes in the reason
     record_checker_use(checked, checker_task, at)

@@ -222,3 +222,20 @@ def test_tasks_finishing_with_their_claims_cost_the_same_few_statements_however_
     few, many = statements(coder, work(keys[:5])), statements(coder, work(keys[5:]))
     assert many == few, (few, many)
     assert many <= 13  # and the tasks' lock and second read, the attempts' and the tasks' updates
+
+
+def test_a_claim_an_orchestrator_sends_for_an_agent_records_it_in_a_batch_as_alone(planner, coder):
+    """Who sent it is kept beside whom it is for, batched or not: a check the orchestrator
+    sends later is its own claim's check (circular), never a verification."""
+    for run in ("one", "all"):
+        started(planner, coder, run)
+    for_coder = [claim(run, "a", "kk", agent="coder", claim={"evidence": QUERY})[1]
+                 for run in ("one", "all")]  # fmt: skip
+    assert planner.post("claim.posted", for_coder[0]).status_code == 202
+    batched = post_batch(planner, [event("claim.posted", for_coder[1])]).json()["results"]
+    assert [r["status"] for r in batched] == [202]
+    for run in ("one", "all"):
+        posted = Claim.objects.get(run__key=run, key="kk")
+        assert (posted.posted_by, posted.sent_by) == ("agent:coder", "agent:planner")
+        [evidence] = posted.evidence.all()
+        assert (evidence.submitted_by, evidence.sent_by) == ("agent:coder", "agent:planner")

@@ -312,6 +312,40 @@ def test_the_producing_agent_checking_from_another_task_does_not_verify(seed, or
     eventually(lambda: Claim.objects.get(key=CLAIM).status == "verified")
 
 
+def test_an_orchestrator_checking_a_claim_it_sent_for_another_agent_does_not_verify(seed, orders):
+    """The orchestrator posted the claim for coder-a (data.agent), then checked it, from a task
+    of its own and acting for the schema agent: the claim recorded coder-a only, so its own
+    check verified what it had said itself."""
+    real = "`customers` has a `loyalty_points` column"
+    tasks = [{**TASKS[0], "agent": "coder-a"}, *TASKS[1:]]
+    assert seed.planner.post("run.started", {"run": RUN, "tasks": tasks}).status_code == 202
+    eventually(lambda: ready("plan"), what="plan to be ready")
+    acting = {"run": RUN, "task": "plan", "agent": "coder-a"}
+    assert seed.planner.post("task.started", {**acting, "attempt": ATTEMPT}).status_code == 202
+    claim = {"key": CLAIM, "statement": real}
+    assert seed.planner.post("claim.posted", {**acting, "claim": claim}).status_code == 202
+    assert seed.planner.post("task.finished", {**acting, "outcome": "succeeded"}).status_code == 202
+    assert Claim.objects.get(key=CLAIM).sent_by == "agent:planner"
+    start(seed.planner, "review-plan")
+
+    checks(seed.planner, "review-plan", "verified", orders.columns_evidence(REAL_COLUMNS))
+
+    reason = "agent:planner produced this claim: a check by its producer is circular"
+    assert settled().status == "unverified" and reason in settled().status_reason
+    eventually(lambda: ready("confirm-schema"), what="confirm-schema to be ready")
+    for_schema = {"run": RUN, "task": "confirm-schema", "agent": "schema"}
+    assert seed.planner.post("task.started", {**for_schema, "attempt": ATTEMPT}).status_code == 202
+    evidence = orders.columns_evidence(REAL_COLUMNS)
+    checked = {**for_schema, "claim": CLAIM, "verdict": "verified", "evidence": evidence}
+    assert seed.planner.post("claim.checked", checked).status_code == 202
+    assert settled().status == "unverified"
+    [for_schema_row] = Evidence.objects.filter(role="check", sent_by="agent:planner")
+    assert for_schema_row.submitted_by == "agent:schema"
+    # The schema agent's own check verifies it: the evidence was never the problem.
+    checks(seed.schema, "confirm-schema", "verified", orders.columns_evidence(REAL_COLUMNS))
+    eventually(lambda: Claim.objects.get(key=CLAIM).status == "verified")
+
+
 def test_a_producer_may_refute_its_own_claim(seed, orders):
     plan_posts(seed, {"key": CLAIM, "statement": INVENTED}, finish=False)
 
