@@ -226,29 +226,32 @@ def claim_now(fleet: Fleet, key: str) -> str:
     return f"{claim.key} {claim.status}: {claim.status_reason}"
 
 
+def forge_waiting(fleet: Fleet) -> int:
+    """The forge outage's tasks waiting with capability:forge now."""
+    return (
+        Blocker.objects.filter(
+            task__run__fleet=fleet, task__run__key=forge_outage.RUN, code="capability:forge",
+            cleared_at__isnull=True,
+        )
+        .values("task")
+        .distinct()
+        .count()
+    )  # fmt: skip
+
+
 def forge_now(fleet: Fleet) -> str:
     run = Run.objects.filter(fleet=fleet, key=forge_outage.RUN).first()
     if run is None:
         return "not loaded"
-    deferred = (
-        Blocker.objects.filter(task__run=run, code="capability:forge", cleared_at__isnull=True)
-        .values("task")
-        .distinct()
-        .count()
-    )
     done = run.tasks.filter(state="succeeded").count()
-    return f"{done} tasks done, {deferred} waiting with capability:forge"
+    return f"{done} tasks done, {forge_waiting(fleet)} waiting with capability:forge"
 
 
 def forge_hint(fleet: Fleet) -> str:
     """What to do on the capabilities board: release the forge's tasks, while any wait on it."""
-    waiting = Blocker.objects.filter(
-        task__run__fleet=fleet, task__run__key=forge_outage.RUN, code="capability:forge",
-        cleared_at__isnull=True,
-    ).exists()  # fmt: skip
     return (
         "as manager, mark the forge up to release them"
-        if waiting
+        if forge_waiting(fleet)
         else "the forge is back: its tasks were released"
     )
 

@@ -18,7 +18,7 @@ def claims_of_task(task: Task) -> list[Claim]:
         Claim.objects.filter(
             Q(task=task) | Q(run_id=task.run_id, key__in=list(task.consumes)) | Q(pk__in=used)
         )
-        .select_related("task")
+        .select_related("task", "run")
         .prefetch_related("evidence")
         .order_by("posted_at", "id")
     )

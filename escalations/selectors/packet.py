@@ -8,7 +8,7 @@ from escalations.models import Answer, Assignment, Escalation, EscalationStep, F
 from escalations.packet_draft import missing_fields
 from escalations.selectors.attempts import claims_of_task, recorded_attempts
 from escalations.selectors.evidence import evidence_rows
-from escalations.selectors.radius import REVIEWER, radii_for, run_end
+from escalations.selectors.radius import REVIEWER, claim_facts, radii_for
 from escalations.selectors.waiting import tasks_waiting
 from escalations.services.messages import shown_target
 from fleet.models import Agent, Delivery
@@ -128,9 +128,9 @@ def blast_of(
     reported while a claim that reached them was unchecked (as each claim's own radius counts
     them), and the longest any of them stayed unchecked."""
     affected = sorted({k for c in claim_rows if c["radius"] for k in c["radius"]["tasks"]})
-    ended = run_end(run)
+    facts = claim_facts(claims, set(), lambda _run, name: name)  # the radius rule's own view
     windows = [  # the tasks each claim reached, and until when it travelled unchecked
-        (set(row["radius"]["tasks"]), claim.checked_at or (min(now, ended) if ended else now))
+        (set(row["radius"]["tasks"]), facts[claim.key].unchecked_until(now))
         for claim, row in zip(claims, claim_rows, strict=True)
         if row["radius"]
     ]

@@ -17,6 +17,11 @@ def page_width(page):
     return page.evaluate("document.documentElement.scrollWidth")
 
 
+def fits_its_box(table) -> bool:
+    """The table needs no sideways scroll inside its box."""
+    return table.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth + 1")
+
+
 def test_every_page_fits_a_phone_and_the_header_stays_on_its_bar(desk, fleet, screens):
     escalation = desk.escalate(smallest_unblocking_question=UNBROKEN)
     run = Run.objects.get(key="tier-discounts")
@@ -152,9 +157,7 @@ def test_on_a_phone_a_capability_is_a_card_with_its_button_in_sight(desk, fleet,
     expect()(button).to_be_visible()
     box = button.bounding_box()
     assert box["x"] >= 0 and box["x"] + box["width"] <= 390, box
-    board = page.locator("table.capabilities")
-    assert page.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth + 1",
-                         board.element_handle())  # fmt: skip
+    assert fits_its_box(page.locator("table.capabilities"))
     expect()(page.locator("td[data-label='Reason']").first).to_contain_text("GitHub is down")
     screen.shot("mobile-capabilities-card")
     assert not screen.problems, screen.problems
@@ -181,8 +184,7 @@ def test_on_a_phone_each_email_or_chat_message_is_a_card(desk, fleet, screens):
     screen.sign_in("carol", PASSWORD)
     page.goto("/deliveries/")
     table = page.locator("table.messages")
-    assert page.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth + 1",
-                         table.element_handle())  # fmt: skip
+    assert fits_its_box(table)
     for label in ("Status", "Tries"):
         cell = table.locator(f"td[data-label='{label}']").first
         expect()(cell).to_be_visible()
