@@ -116,12 +116,15 @@ else:
     # Bulkhead's statements are short and many; PostgreSQL's JIT compiler pays off only for long
     # analytic queries, and a recursive statement whose size the planner overestimates (a task's
     # region, read by every answer) spent 0.8 s compiling what ran in 1 ms. Off, unless the
-    # URL's own `options` say otherwise.
-    DATABASES["default"]["OPTIONS"].setdefault("options", "-c jit=off")
-    # The values are written into each statement's text (client-side binding, Django's default),
-    # so no statement is prepared. Prepared (server-side binding) an answer's lock statements ran
-    # in 1.5 ms instead of 2.0, but a statement then takes at most 65,535 values and a recompute
-    # of a 100,000-task run looks its changed tasks up by key (test_settings).
+    # URL's own `options` say otherwise. The same `options` plan a prepared statement once per
+    # connection: Django's own statements are never prepared (their values are written into
+    # their text), and the few `fleet.prepared` sends (an answer's locks and region) are index
+    # probes whatever the tables' sizes, written so that their plan cannot depend on the values.
+    DATABASES["default"]["OPTIONS"].setdefault(
+        "options", "-c jit=off -c plan_cache_mode=force_generic_plan"
+    )
+    # `fleet.prepared`'s statements are prepared the first time a connection sends them.
+    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 0)
     DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME", "test_bulkhead")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

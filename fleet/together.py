@@ -2,7 +2,7 @@
 elsewhere (SQLite) one after the other, with the same result.
 
 Each write is an `Insert` of model instances (their primary keys are set, as `bulk_create`
-does) or an `Update` of a queryset. A later insert may name an earlier one's row with
+does) or an `Update` of the rows of a model that match a few lookups. A later insert may name an earlier one's row with
 `Inserted(insert)` as a field's value (its one row's primary key). All of them see the database
 as it was before the statement (PostgreSQL's rule for WITH): no two may touch the same row, and
 none reads what another writes, besides its `Inserted` key.
@@ -10,13 +10,12 @@ none reads what another writes, besides its `Inserted` key.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, router
-from django.db.models import Model, QuerySet
+from django.db.models import Field, Model
 from django.db.models.expressions import RawSQL
-from django.db.models.sql import UpdateQuery
 
 
 @dataclass
@@ -26,8 +25,17 @@ class Insert:
 
 @dataclass
 class Update:
-    queryset: QuerySet[Any]
+    """`model.objects.filter(**where).update(**values)`, where each lookup is a field (or `pk`)
+    equal to a value, `__in` a list, or `__isnull`."""
+
+    model: type[Model]
+    where: dict[str, Any]
     values: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for lookup in self.where:
+            if lookup.partition("__")[2] not in ("", "in", "isnull"):
+                raise ValueError(f"Update takes a field, __in and __isnull, not {lookup!r}")
 
 
 @dataclass(frozen=True)
@@ -43,9 +51,7 @@ def together(*writes: Insert | Update) -> None:
     if not writes:
         return
     first = writes[0]
-    alias = router.db_for_write(
-        type(first.objs[0]) if isinstance(first, Insert) else first.queryset.model
-    )
+    alias = router.db_for_write(type(first.objs[0]) if isinstance(first, Insert) else first.model)
     connection = connections[alias]
     if connection.vendor != "postgresql" or len(writes) == 1:
         one_by_one(writes, alias)
@@ -83,7 +89,7 @@ def one_by_one(writes: Sequence[Insert | Update], alias: str) -> None:
             model = type(write.objs[0])
             model._base_manager.using(alias).bulk_create(list(write.objs))
         else:
-            write.queryset.using(alias).update(**write.values)
+            write.model._base_manager.using(alias).filter(**write.where).update(**write.values)
 
 
 def refer(write: Insert, to: Any) -> None:
@@ -123,15 +129,50 @@ def insert_sql(write: Insert, alias: str) -> tuple[str, Sequence[Any]]:
 
 
 def update_sql(write: Update, alias: str) -> tuple[str, Sequence[Any]]:
-    query = cast(UpdateQuery, write.queryset.query.chain(UpdateQuery))
-    query.add_update_values(write.values)
-    query.annotations = {}
-    compiler = query.get_compiler(alias)
-    compiler.pre_sql_setup()
-    sql, params = compiler.as_sql()
-    if not sql:
-        raise EmptyResultSet
-    return sql, params
+    """The UPDATE, each value prepared as the ORM's UPDATE prepares it (`get_db_prep_save`, a
+    model instance by its key); `EmptyResultSet` when an `__in` list is empty. Written out, not
+    compiled by the ORM's UpdateQuery: building and compiling an answer's updates took longer
+    than the database took to run them."""
+    opts = write.model._meta
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    sets, params = [], []
+    for name, value in write.values.items():
+        target = concrete(write.model, name)
+        sets.append(f"{quote(str(target.column))} = %s")
+        params.append(target.get_db_prep_save(key_of(value), connection))
+    conditions = []
+    for lookup, value in write.where.items():
+        name, _, operator = lookup.partition("__")
+        target = concrete(write.model, name)
+        column = quote(str(target.column))
+        if operator == "isnull":
+            conditions.append(f"{column} IS {'' if value else 'NOT '}NULL")
+        elif operator == "in":
+            values = [target.get_db_prep_value(key_of(v), connection) for v in value]
+            if not values:
+                raise EmptyResultSet
+            conditions.append(f"{column} IN ({', '.join(['%s'] * len(values))})")
+            params += values
+        elif value is None:  # as the ORM reads `field=None`
+            conditions.append(f"{column} IS NULL")
+        else:
+            conditions.append(f"{column} = %s")
+            params.append(target.get_db_prep_value(key_of(value), connection))
+    where = " AND ".join(conditions) or "TRUE"
+    table = quote(str(opts.db_table))
+    return f"UPDATE {table} SET {', '.join(sets)} WHERE {where}", params  # noqa: S608
+
+
+def concrete(model: type[Model], name: str) -> "Field[Any, Any]":
+    found = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    if not isinstance(found, Field) or not found.concrete:
+        raise ValueError(f"{model.__name__} has no column {name!r}")
+    return found
+
+
+def key_of(value: Any) -> Any:
+    return value.pk if isinstance(value, Model) else value
 
 
 def saved(obj: Model, pk: Any, alias: str) -> None:

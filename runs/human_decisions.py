@@ -254,7 +254,7 @@ def reframe_by_answer(
         decisions.append(decision)
         if decided[task.pk].unsettled:
             writes.append(
-                Update(Decision.objects.filter(task=task, acted_at__isnull=True), {"acted_at": at})
+                Update(Decision, {"task": task, "acted_at__isnull": True}, {"acted_at": at})
             )
         # The run once the answer is in: the task pending, its hold lifted, the answer a claim.
         nodes[task.key] = replace(nodes[task.key], state=Task.State.PENDING)
@@ -287,11 +287,11 @@ def reframe_by_answer(
     ids = [item.task.pk for item in tasks]
     writes += [
         Insert(decisions),
-        Update(Task.objects.filter(pk__in=ids), {"state": Task.State.PENDING, "ready": False,
-                                                 "finished_at": None}),
-        Update(Hold.objects.filter(task_id__in=ids, code=hold, lifted_at__isnull=True),
+        Update(Task, {"pk__in": ids}, {"state": Task.State.PENDING, "ready": False,
+                                       "finished_at": None}),
+        Update(Hold, {"task_id__in": ids, "code": hold, "lifted_at__isnull": True},
                {"lifted_at": at}),
-        Update(Blocker.objects.filter(task_id__in=ids, code=hold, cleared_at__isnull=True),
+        Update(Blocker, {"task_id__in": ids, "code": hold, "cleared_at__isnull": True},
                {"cleared_at": at}),
     ]  # fmt: skip
     done: list[Reframed] = []

@@ -1,8 +1,8 @@
 """The scheduler: loads a run's facts, asks the frontier rule, and writes only what changed."""
 
 import json
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -16,6 +16,7 @@ from fleet import rows
 from fleet.broker import after_commit
 from fleet.models import Capability, Fleet
 from fleet.outbox import notify
+from fleet.prepared import prepared_cursor
 from runs import frontier as rule
 from runs import holds, selectors, tasks
 from runs.models import (
@@ -653,16 +654,21 @@ def facts_for(
             decided[task_id].refuted = True
         return {run.pk: (nodes_for(run), world_for(run)) for run in runs}
     rows: dict[tuple[str, int], list[list[Any]]] = {}
-    with connection.cursor() as cursor:
-        params = {
-            "runs": sorted({r.pk for r in runs}),
-            "fleets": sorted({r.fleet_id for r in runs}),
-            "decided": sorted(decided),
-        }
-        if around and all(r.policy != Run.Policy.GLOBAL_HALT for r in runs):
-            cursor.execute(AROUND, {**params, "around": sorted(around), "keys": list(keys)})
-        else:
-            cursor.execute(WHOLE, params)
+    params: dict[str, Any] = {
+        "runs": sorted({r.pk for r in runs}),
+        "fleets": sorted({r.fleet_id for r in runs}),
+        "decided": sorted(decided),
+    }
+    # A region (an answer's) is a few index probes whatever the run's size, planned once per
+    # connection (`fleet.prepared`); a whole run is planned for its size each time.
+    cursor_for: Callable[[], AbstractContextManager[Any]]
+    if around and all(r.policy != Run.Policy.GLOBAL_HALT for r in runs):
+        statement, cursor_for = AROUND, prepared_cursor
+        params |= {"around": sorted(around), "keys": list(keys)}
+    else:
+        statement, cursor_for = WHOLE, connection.cursor
+    with cursor_for() as cursor:
+        cursor.execute(statement, params)
         for kind, owner, values in cursor.fetchall():
             rows[(kind, owner)] = json.loads(values) if isinstance(values, str) else values
     for task_id, history in decided.items():

@@ -2,6 +2,7 @@
 names, not a table's, however far the table has grown since its statistics were last taken."""
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,3 +42,24 @@ def most_read(queries: CaptureQueriesContext) -> tuple[int, str]:
         if read > most[0]:
             most = (read, sql)
     return most
+
+
+def generic_rows_read(sql: str, params: dict[str, Any]) -> int:
+    """`rows_read` for a statement of `fleet.prepared` (`%(name)s` parameters) under the plan a
+    connection keeps for it: prepared, and planned without its values (a generic plan)."""
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", numbered, sql)
+    values = ", ".join(connection.ops.compose_sql("%s", [params[name]]) for name in names)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE generic_read AS {text}")
+        try:
+            return rows_read(f"EXECUTE generic_read({values})")
+        finally:
+            cursor.execute("DEALLOCATE generic_read")

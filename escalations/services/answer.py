@@ -25,6 +25,7 @@ from fleet.broker import after_commit
 from fleet.errors import Refusal
 from fleet.models import Agent, Delivery, Fleet
 from fleet.outbox import held, prepared, send_after_commit
+from fleet.prepared import prepared_cursor
 from fleet.together import Insert, Update, together
 from runs import human_decisions, scheduler
 from runs.models import Run, Task
@@ -196,12 +197,12 @@ def answering(
         released=released,
     )
     deliveries = done.deliveries + [n for n in notices if n is not None]
-    leaving = JoinedTask.objects.filter(pk__in=[row.pk for row in answered_rows])
     together(  # an answer already there (never, under the lock) is an IntegrityError
         Insert([answer]),
         closing(escalation, reviewer, Escalation.Status.ANSWERED, now),
         Update(
-            leaving,
+            JoinedTask,
+            {"pk__in": [row.pk for row in answered_rows]},
             {
                 "left_at": now,
                 "left": JoinedTask.Left.ANSWERED,
@@ -241,7 +242,7 @@ def locked_for_answer(escalation_id: int) -> tuple[Run, Task, Escalation, list[J
     the database took to run them, on every answer."""
     sql = locks_sql()
     User = reviewer_model()
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql["runs"], {"escalation": escalation_id})
         runs = {}
         for row in cursor.fetchall():

@@ -121,7 +121,7 @@ def closing(escalation: Escalation, reviewer: Any, status: str, now: datetime) -
         values["closed_at"] = now
     for name, value in values.items():
         setattr(escalation, name, value)
-    return Update(Escalation.objects.filter(pk=escalation.pk), values)
+    return Update(Escalation, {"pk": escalation.pk}, values)
 
 
 def refuse_unless_running(run: Run, what: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.backends.postgresql.base import ServerBindingCursor
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 
@@ -18,7 +19,7 @@ from fleet.models import Fleet
 from runs.claims.hashing import payload_hash
 from runs.models import Attempt, Claim, Prerequisite, Run, Task
 from tests.conftest import Sender, make_sender, wsgi_headers
-from tests.plans import most_read, rows_read
+from tests.plans import generic_rows_read, most_read, rows_read
 
 pytestmark = pytest.mark.postgres
 
@@ -139,9 +140,17 @@ def test_an_answer(planner: Sender, fleet: Fleet, grown: Run) -> None:
     escalation = Escalation.objects.get(pk=response.json()["escalation"])
     reviewer, _ = services.member_add(username="rita", fleet=fleet, role="reviewer")
 
+    prepared: list[tuple[str, dict[str, Any]]] = []
+
+    def planned_once(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if isinstance(context["cursor"].cursor, ServerBindingCursor):
+            prepared.append((sql, params))
+        return execute(sql, params, many, context)
+
     with (
         TestCase.captureOnCommitCallbacks(execute=False),
         CaptureQueriesContext(connection) as queries,
+        connection.execute_wrapper(planned_once),
     ):
         escalation_answer(escalation=escalation, reviewer=reviewer, text="From accounts.tier")
 
@@ -161,3 +170,11 @@ def test_an_answer(planner: Sender, fleet: Fleet, grown: Run) -> None:
         # The region is 4 tasks, 2 edges and 5 claims (14 rows in all, with the fleet's and the
         # task's history), and the index entries of their rows' earlier versions.
         assert read <= (30 if sql in read_region else MOST), f"{read} rows read by {sql[:900]}"
+    # The four locks and the region are prepared, planned once for any values (`fleet.prepared`):
+    # that plan reads as few.
+    assert len(prepared) == 5
+    for sql, params in prepared:
+        with transaction.atomic():
+            read = generic_rows_read(sql, params)
+            transaction.set_rollback(True)
+        assert read <= (30 if "region(id)" in sql else MOST), f"{read} rows read by {sql[:900]}"
