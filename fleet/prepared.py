@@ -5,7 +5,8 @@ Django writes a statement's values into its text (client-side binding), so Postg
 and plans every statement it is sent, however often it has seen the same one. Through this
 cursor the values travel apart from the text (server-side binding) and the statement is prepared
 on its connection the first time it is sent (`prepare_threshold` in the settings; Django's own
-cursors never prepare anything). A list is one parameter (an array), whatever its length, so a
+cursors never prepare anything), with one plan for any values (`plan_cache_mode`, also there):
+write only statements whose plan cannot depend on them, an index probe per id. A list is one parameter (an array), whatever its length, so a
 statement written for it takes any number of ids; a statement must cast what PostgreSQL cannot
 infer (`%(ids)s::bigint[]`). Elsewhere (SQLite) it is Django's own cursor.
 
@@ -24,6 +25,7 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 @contextmanager
 def prepared_cursor(alias: str = "default") -> Iterator[Any]:
+    """Django's cursor of the connection `alias`, binding on the server (on PostgreSQL)."""
     connection = connections[alias]
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
