@@ -28,6 +28,7 @@ from escalations.models import (
     PoolMember,
 )
 from fleet.models import Delivery
+from fleet.prepared import prepared_cursor
 from runs.models import Attempt, FrontierChange, Hold, Task
 
 
@@ -300,7 +301,7 @@ def open_escalation(
         "delivery_at": delivery.next_attempt_at if delivery else None,
         **routed,
     }
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(OPEN.format(**tables()), params)
         packet_id, escalation_id, delivery_id, *_ = cursor.fetchone()
     return Opened(packet_id, escalation_id, delivery_id)
@@ -338,7 +339,7 @@ def join_escalation(
     """Store the packet and have its task wait on the escalation (`JoinedTask`, the same hold,
     the task escalated, the run's frontier change); returns the packet's and the join's ids."""
     params = {**packet_params(packet, change), "escalation": escalation_id, "code": code}
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(JOIN.format(**tables()), params)
         packet_id, joined_id, *_ = cursor.fetchone()
     return packet_id, joined_id
@@ -389,7 +390,7 @@ def pick_seat(pool_id: int, at: datetime) -> Seat | None:
         "username": connection.ops.quote_name(user.USERNAME_FIELD),
         "email": connection.ops.quote_name(user.get_email_field_name()),
     }
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(PICK.format(**names), {"pool": pool_id, "at": at})
         row = cursor.fetchone()
     if row is None:

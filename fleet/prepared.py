@@ -1,5 +1,5 @@
-"""A cursor for the statements Bulkhead writes by hand and sends on every answer: PostgreSQL
-parses and plans each of them once per connection, not on every call.
+"""A cursor for the statements Bulkhead writes by hand and sends on every event and answer:
+PostgreSQL parses and plans each of them once per connection, not on every call.
 
 Django writes a statement's values into its text (client-side binding), so PostgreSQL parses
 and plans every statement it is sent, however often it has seen the same one. Through this

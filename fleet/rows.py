@@ -18,6 +18,8 @@ from django.db.models import DateField, JSONField, Model, QuerySet
 from django.db.models.fields import AutoFieldMixin
 from psycopg.types.json import Jsonb
 
+from fleet.prepared import prepared_cursor
+
 Converter = Callable[[Any, Any, Any], Any]
 
 
@@ -95,7 +97,7 @@ def add(obj: Model, alias: str = "default") -> None:
     sql, fields = _insert_one(model, alias, keyed)
     # pre_save, as the ORM's INSERT: it stamps `auto_now` fields
     values = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields]
-    with connection.cursor() as cursor:  # its errors as Django's: IntegrityError, say
+    with prepared_cursor(alias) as cursor:  # its errors as Django's: IntegrityError, say
         cursor.execute(sql, values)
         if not keyed:
             obj.pk = cursor.fetchone()[0]

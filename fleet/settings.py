@@ -118,8 +118,9 @@ else:
     # region, read by every answer) spent 0.8 s compiling what ran in 1 ms. Off, unless the
     # URL's own `options` say otherwise. The same `options` plan a prepared statement once per
     # connection: Django's own statements are never prepared (their values are written into
-    # their text), and the few `fleet.prepared` sends (an answer's locks and region) are index
-    # probes whatever the tables' sizes, written so that their plan cannot depend on the values.
+    # their text), and the few `fleet.prepared` sends (an event's task read and writes, a
+    # packet's escalation, an answer's locks and region) are index probes whatever the tables'
+    # sizes, written so that their plan cannot depend on the values.
     DATABASES["default"]["OPTIONS"].setdefault(
         "options", "-c jit=off -c plan_cache_mode=force_generic_plan"
     )

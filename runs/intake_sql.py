@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import connection
 
+from fleet.prepared import prepared_cursor
 from runs.models import Claim, ClaimUse, Prerequisite, Task
 
 START = """
@@ -81,7 +82,7 @@ def started_consuming(
         "raise": [] if imported else list(extra),
         "by": f"named by {task.key} on task.started"[:500],
     }
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         # Only the models' table names are spliced in; every value is a parameter.
         cursor.execute(START.format(**names), params)  # noqa: S608
         _, used, raised = cursor.fetchone()

@@ -9,6 +9,7 @@ from django.db.models.expressions import RawSQL
 from fleet import rows
 from fleet.errors import ErrorItem, Refusal, error
 from fleet.models import Agent, Fleet
+from fleet.prepared import prepared_cursor
 from runs.models import Run, Task
 
 
@@ -92,7 +93,7 @@ def run_and_task(
         f"SELECT {', '.join(selected)} {joins}{where}"  # noqa: S608
         f" LIMIT 1{f' FOR UPDATE OF {table(Task)}' if locked else ''}"
     )
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         values = cursor.fetchone()
     if values is None:

@@ -3,10 +3,11 @@ names, not a table's, however far the table has grown since its statistics were 
 
 import json
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 from django.db import connection, transaction
+from django.db.backends.postgresql.base import ServerBindingCursor
 from django.test.utils import CaptureQueriesContext
 
 
@@ -28,34 +29,72 @@ def rows_read(sql: str) -> int:
     )
 
 
+class CaptureStatements(CaptureQueriesContext):
+    """`CaptureQueriesContext`, and in `prepared` each statement sent through `fleet.prepared`
+    as it was sent: its text with placeholders, and its values."""
+
+    def __enter__(self) -> "CaptureStatements":
+        self.prepared: list[tuple[str, Any]] = []
+        self.wrapping = self.connection.execute_wrapper(self.seen)
+        self.wrapping.__enter__()
+        return cast("CaptureStatements", super().__enter__())
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self.wrapping.__exit__(*exc)
+
+    def seen(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if isinstance(context["cursor"].cursor, ServerBindingCursor):
+            self.prepared.append((sql, params))
+        return execute(sql, params, many, context)
+
+
 def most_read(queries: CaptureQueriesContext) -> tuple[int, str]:
     """The most rows any statement captured read, and that statement: its reads and writes
-    (an insert of values reads nothing), each explained in a savepoint rolled back after."""
+    (an insert of values reads nothing), each explained in a savepoint rolled back after; a
+    prepared one (`CaptureStatements`) also under the plan its connection keeps for it."""
     most = (0, "")
     for query in queries.captured_queries:
         sql = query["sql"]
-        if not sql.lstrip().startswith(("SELECT", "WITH", "UPDATE", "DELETE")):
+        if not sql.lstrip().startswith(READS):
             continue
         with transaction.atomic():
             read = rows_read(sql)
             transaction.set_rollback(True)
         if read > most[0]:
             most = (read, sql)
+    for sql, params in getattr(queries, "prepared", ()):
+        if not sql.lstrip().startswith(READS):
+            continue
+        with transaction.atomic():
+            read = generic_rows_read(sql, params)
+            transaction.set_rollback(True)
+        if read > most[0]:
+            most = (read, f"(prepared) {sql}")
     return most
 
 
-def generic_rows_read(sql: str, params: dict[str, Any]) -> int:
-    """`rows_read` for a statement of `fleet.prepared` (`%(name)s` parameters) under the plan a
-    connection keeps for it: prepared, and planned without its values (a generic plan)."""
-    names: list[str] = []
+READS = ("SELECT", "WITH", "UPDATE", "DELETE")
 
-    def numbered(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
 
-    text = re.sub(r"%\((\w+)\)s", numbered, sql)
-    values = ", ".join(connection.ops.compose_sql("%s", [params[name]]) for name in names)
+def generic_rows_read(sql: str, params: dict[str, Any] | Sequence[Any]) -> int:
+    """`rows_read` for a statement of `fleet.prepared` under the plan a connection keeps for it:
+    prepared, and planned without its values (a generic plan)."""
+    if isinstance(params, dict):
+        names: list[str] = []
+
+        def numbered(match: re.Match[str]) -> str:
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            return f"${names.index(match.group(1)) + 1}"
+
+        text = re.sub(r"%\((\w+)\)s", numbered, sql)
+        ordered = [params[name] for name in names]
+    else:
+        count = iter(range(1, len(params) + 1))
+        text = re.sub(r"%s", lambda _: f"${next(count)}", sql)
+        ordered = list(params)
+    values = ", ".join(connection.ops.compose_sql("%s", [value]) for value in ordered)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         cursor.execute(f"PREPARE generic_read AS {text}")

@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.db.backends.postgresql.base import ServerBindingCursor
 from django.test import TestCase
-from django.test.utils import CaptureQueriesContext
 
 from escalations.models import Escalation
 from escalations.services import escalation_answer
@@ -19,7 +17,7 @@ from fleet.models import Fleet
 from runs.claims.hashing import payload_hash
 from runs.models import Attempt, Claim, Prerequisite, Run, Task
 from tests.conftest import Sender, make_sender, wsgi_headers
-from tests.plans import generic_rows_read, most_read, rows_read
+from tests.plans import CaptureStatements, generic_rows_read, most_read, rows_read
 
 pytestmark = pytest.mark.postgres
 
@@ -34,9 +32,9 @@ def planner(client: Any, fleet: Fleet, grown: Run) -> Sender:
     return make_sender(client, fleet, "planner", role="planning", orchestrator=True)
 
 
-def sent(sender: Sender, path: str, body: bytes) -> tuple[Any, CaptureQueriesContext]:
+def sent(sender: Sender, path: str, body: bytes) -> tuple[Any, CaptureStatements]:
     """The response and the statements of one request; nothing after its commit runs."""
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureStatements(connection) as queries:
         response = sender.client.generic(
             "POST", path, body, content_type="application/json",
             **wsgi_headers(sender.headers(body)),
@@ -44,17 +42,17 @@ def sent(sender: Sender, path: str, body: bytes) -> tuple[Any, CaptureQueriesCon
     return response, queries
 
 
-def event(sender: Sender, type: str, **data: Any) -> tuple[Any, CaptureQueriesContext]:
+def event(sender: Sender, type: str, **data: Any) -> tuple[Any, CaptureStatements]:
     body = sender.body(type, {"run": "r1", "agent": "coder", **data})
     return sent(sender, sender.path, body)
 
 
-def start(sender: Sender, task: str) -> tuple[Any, CaptureQueriesContext]:
+def start(sender: Sender, task: str) -> tuple[Any, CaptureStatements]:
     return event(sender, "task.started", task=task,
                  attempt={"prompt_hash": "p1", "context_hash": "c1"})  # fmt: skip
 
 
-def reads_its_own(queries: CaptureQueriesContext) -> None:
+def reads_its_own(queries: CaptureStatements) -> None:
     read, sql = most_read(queries)
     assert read <= MOST, f"{read} rows read by {sql[-900:]}"
 
@@ -81,7 +79,7 @@ def test_a_start_a_check_and_a_failed_finish(planner: Sender) -> None:
     assert Attempt.objects.get(task__key="t2501").outcome == "failed"
 
 
-def packet_on(planner: Sender, task: str) -> tuple[Any, CaptureQueriesContext]:
+def packet_on(planner: Sender, task: str) -> tuple[Any, CaptureStatements]:
     assert start(planner, task)[0].status_code == 202
     packet = {
         "task": task,
@@ -140,17 +138,9 @@ def test_an_answer(planner: Sender, fleet: Fleet, grown: Run) -> None:
     escalation = Escalation.objects.get(pk=response.json()["escalation"])
     reviewer, _ = services.member_add(username="rita", fleet=fleet, role="reviewer")
 
-    prepared: list[tuple[str, dict[str, Any]]] = []
-
-    def planned_once(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if isinstance(context["cursor"].cursor, ServerBindingCursor):
-            prepared.append((sql, params))
-        return execute(sql, params, many, context)
-
     with (
         TestCase.captureOnCommitCallbacks(execute=False),
-        CaptureQueriesContext(connection) as queries,
-        connection.execute_wrapper(planned_once),
+        CaptureStatements(connection) as queries,
     ):
         escalation_answer(escalation=escalation, reviewer=reviewer, text="From accounts.tier")
 
@@ -172,9 +162,10 @@ def test_an_answer(planner: Sender, fleet: Fleet, grown: Run) -> None:
         assert read <= (30 if sql in read_region else MOST), f"{read} rows read by {sql[:900]}"
     # The four locks and the region are prepared, planned once for any values (`fleet.prepared`):
     # that plan reads as few.
-    assert len(prepared) == 5
-    for sql, params in prepared:
+    planned = [(sql, values) for sql, values in queries.prepared if sql.lstrip().startswith(READS)]
+    assert len(planned) == 5
+    for sql, values in planned:
         with transaction.atomic():
-            read = generic_rows_read(sql, params)
+            read = generic_rows_read(sql, values)
             transaction.set_rollback(True)
         assert read <= (30 if "region(id)" in sql else MOST), f"{read} rows read by {sql[:900]}"
