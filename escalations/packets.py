@@ -187,10 +187,20 @@ PLACEHOLDERS = frozenset(
 )  # fmt: skip
 
 
+# More letters than any placeholder is written with (the longest, "placeholder", has 11), in
+# any characters NFKC folds into its letters: a text past it has words, and is read no further.
+PLACEHOLDER_LETTERS = 40
+
+
 def wordless(text: str) -> bool:
     """No words a person could act on: fewer than two letters (punctuation, a zero-width space,
     "?") or a placeholder ("TODO?", "n/a")."""
-    letters = sum(1 for ch in text if unicodedata.category(ch).startswith("L"))
+    letters = 0
+    for ch in text:
+        if unicodedata.category(ch).startswith("L"):
+            letters += 1
+            if letters > PLACEHOLDER_LETTERS:
+                return False
     return letters < 2 or question_key(text) in PLACEHOLDERS
 
 

@@ -188,6 +188,8 @@ def test_it_refuses_empty_text(fields: dict[str, Any], loc: str) -> None:
         ({"smallest_unblocking_question": "\u200b?"}, "packet.smallest_unblocking_question"),
         ({"tried": ["n/a"]}, "packet.tried.0"),
         ({"tried": ["looked at the plan", "."]}, "packet.tried.1"),
+        ({"tried": ["N/A" + "\u200b" * 60 + " ..."]}, "packet.tried.0"),
+        ({"tried": ["ｐｌａｃｅｈｏｌｄｅｒ"]}, "packet.tried.0"),
     ],
 )
 def test_it_refuses_a_placeholder_for_the_question_or_an_attempt(
