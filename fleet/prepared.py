@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import connections
+from django.db.backends.postgresql.base import ServerBindingCursor
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 
@@ -31,8 +32,6 @@ def prepared_cursor(alias: str = "default") -> Iterator[Any]:
         with connection.cursor() as cursor:
             yield cursor
         return
-    from django.db.backends.postgresql.base import ServerBindingCursor
-
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()

@@ -22,16 +22,21 @@ def fits_its_box(table) -> bool:
     return table.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth + 1")
 
 
+def on_a_phone(screens, username):
+    """A browser 390 px wide, signed in as `username`: its screen and its page."""
+    screen = screens()
+    screen.page.set_viewport_size({"width": 390, "height": 844})
+    screen.sign_in(username, PASSWORD)
+    return screen, screen.page
+
+
 def test_every_page_fits_a_phone_and_the_header_stays_on_its_bar(desk, fleet, screens):
     escalation = desk.escalate(smallest_unblocking_question=UNBROKEN)
     run = Run.objects.get(key="tier-discounts")
     member("carol", fleet, role="manager")
     member("alice", fleet)
     for username in ("alice", "carol"):
-        screen = screens()
-        page = screen.page
-        page.set_viewport_size({"width": 390, "height": 844})
-        screen.sign_in(username, PASSWORD)
+        screen, page = on_a_phone(screens, username)
         for path, name in (
             ("/escalations/", "queue"),
             (f"/escalations/{escalation.pk}/", "packet"),
@@ -81,10 +86,7 @@ def test_a_long_unbroken_question_wraps_in_the_queue_and_the_packet(desk, fleet,
 def test_on_a_phone_each_task_of_a_run_is_a_card_whose_blockers_read_whole(desk, fleet, screens):
     run = Run.objects.get(key="tier-discounts")
     member("alice", fleet)
-    screen = screens()
-    page = screen.page
-    page.set_viewport_size({"width": 390, "height": 844})
-    screen.sign_in("alice", PASSWORD)
+    screen, page = on_a_phone(screens, "alice")
     page.goto(f"/runs/{run.pk}/")
     table = page.locator("table.tasks")
     # No row is wider than its box: the table does not scroll sideways inside its section.
@@ -99,10 +101,7 @@ def test_on_a_phone_each_task_of_a_run_is_a_card_whose_blockers_read_whole(desk,
 def test_on_a_phone_the_queues_hint_sits_under_its_heading(desk, fleet, screens):
     desk.escalate()
     member("alice", fleet)
-    screen = screens()
-    page = screen.page
-    page.set_viewport_size({"width": 390, "height": 844})
-    screen.sign_in("alice", PASSWORD)
+    screen, page = on_a_phone(screens, "alice")
     page.goto("/escalations/")
     heading = page.get_by_role("heading", level=1).bounding_box()
     hint = page.locator(".page-head .hint").bounding_box()
@@ -118,10 +117,7 @@ def test_on_a_phone_the_reports_tables_stack_and_a_box_that_would_scroll_shows_a
     covers that hide them at an end)."""
     desk.escalate()
     member("carol", fleet, role="manager")
-    screen = screens()
-    page = screen.page
-    page.set_viewport_size({"width": 390, "height": 844})
-    screen.sign_in("carol", PASSWORD)
+    screen, page = on_a_phone(screens, "carol")
     page.goto("/reports/")
     boxes = page.evaluate(
         """() => [...document.querySelectorAll('section, main > table')].map(e => [
@@ -148,10 +144,7 @@ def test_on_a_phone_a_capability_is_a_card_with_its_button_in_sight(desk, fleet,
         fleet=fleet, name="forge", defaults={"status": "down", "reason": "GitHub is down"}
     )
     member("carol", fleet, role="manager")
-    screen = screens()
-    page = screen.page
-    page.set_viewport_size({"width": 390, "height": 844})
-    screen.sign_in("carol", PASSWORD)
+    screen, page = on_a_phone(screens, "carol")
     page.goto("/capabilities/")
     button = page.get_by_role("button", name="Mark forge up")
     expect()(button).to_be_visible()
@@ -178,10 +171,7 @@ def test_on_a_phone_each_email_or_chat_message_is_a_card(desk, fleet, screens):
         attempts=1,
     )  # fmt: skip
     member("carol", fleet, role="manager")
-    screen = screens()
-    page = screen.page
-    page.set_viewport_size({"width": 390, "height": 844})
-    screen.sign_in("carol", PASSWORD)
+    screen, page = on_a_phone(screens, "carol")
     page.goto("/deliveries/")
     table = page.locator("table.messages")
     assert fits_its_box(table)
