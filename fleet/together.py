@@ -2,10 +2,10 @@
 elsewhere (SQLite) one after the other, with the same result.
 
 Each write is an `Insert` of model instances (their primary keys are set, as `bulk_create`
-does) or an `Update` of the rows of a model that match a few lookups. A later insert may name an earlier one's row with
-`Inserted(insert)` as a field's value (its one row's primary key). All of them see the database
-as it was before the statement (PostgreSQL's rule for WITH): no two may touch the same row, and
-none reads what another writes, besides its `Inserted` key.
+does) or an `Update` of the rows of a model that match a few lookups. A later insert may name
+an earlier one's row with `Inserted(insert)` as a field's value (its one row's primary key). All
+of them see the database as it was before the statement (PostgreSQL's rule for WITH): no two may
+touch the same row, and none reads what another writes, besides its `Inserted` key.
 """
 
 from collections.abc import Sequence
@@ -133,7 +133,6 @@ def update_sql(write: Update, alias: str) -> tuple[str, Sequence[Any]]:
     model instance by its key); `EmptyResultSet` when an `__in` list is empty. Written out, not
     compiled by the ORM's UpdateQuery: building and compiling an answer's updates took longer
     than the database took to run them."""
-    opts = write.model._meta
     connection = connections[alias]
     quote = connection.ops.quote_name
     sets, params = [], []
@@ -160,7 +159,7 @@ def update_sql(write: Update, alias: str) -> tuple[str, Sequence[Any]]:
             conditions.append(f"{column} = %s")
             params.append(target.get_db_prep_value(key_of(value), connection))
     where = " AND ".join(conditions) or "TRUE"
-    table = quote(str(opts.db_table))
+    table = quote(str(write.model._meta.db_table))
     return f"UPDATE {table} SET {', '.join(sets)} WHERE {where}", params  # noqa: S608
 
 

@@ -53,24 +53,19 @@ def most_read(queries: CaptureQueriesContext) -> tuple[int, str]:
     """The most rows any statement captured read, and that statement: its reads and writes
     (an insert of values reads nothing), each explained in a savepoint rolled back after; a
     prepared one (`CaptureStatements`) also under the plan its connection keeps for it."""
+    explained = [(q["sql"], q["sql"], rows_read) for q in queries.captured_queries] + [
+        (f"(prepared) {sql}", sql, lambda sql, values=values: generic_rows_read(sql, values))
+        for sql, values in getattr(queries, "prepared", ())
+    ]
     most = (0, "")
-    for query in queries.captured_queries:
-        sql = query["sql"]
+    for shown, sql, reader in explained:
         if not sql.lstrip().startswith(READS):
             continue
         with transaction.atomic():
-            read = rows_read(sql)
+            read = reader(sql)
             transaction.set_rollback(True)
         if read > most[0]:
-            most = (read, sql)
-    for sql, params in getattr(queries, "prepared", ()):
-        if not sql.lstrip().startswith(READS):
-            continue
-        with transaction.atomic():
-            read = generic_rows_read(sql, params)
-            transaction.set_rollback(True)
-        if read > most[0]:
-            most = (read, f"(prepared) {sql}")
+            most = (read, shown)
     return most
 
 
