@@ -156,9 +156,14 @@ def facts_of(fleet_id: int, sent: Packet | None) -> dict[str, Any]:
 
 def first_stop(row: Task) -> bool:
     """The task waits on no escalation (its own or another's), and none was returned to it:
-    a packet opens its escalation, or joins one that asks the same."""
+    a packet opens its escalation, or joins one that asks the same.
+
+    A task escalated already is not, whatever its facts say: a packet for the same task that
+    committed while this one waited for the task's lock escalated it, and the facts were read
+    before that commit (the locked row itself is read again, the rest of the statement not)."""
     return (
-        not getattr(row, "waits_joined", True)
+        row.state != Task.State.ESCALATED
+        and not getattr(row, "waits_joined", True)
         and not getattr(row, "escalation_waits", True)
         and getattr(row, "latest_escalation", "") != Escalation.Status.RETURNED
     )

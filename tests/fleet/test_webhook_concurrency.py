@@ -131,6 +131,53 @@ def test_agents_asking_one_question_at_once_all_get_202_and_one_escalation(plann
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_one_task_sending_packets_at_once_waits_on_one_escalation(planner, coder):
+    """A careless agent sends eight packets for one task at the same moment, each asking its own
+    question: the task still waits on one escalation (the first opens it, the rest replace its
+    packet, as they would one after another), with one hold."""
+    from runs.models import Hold
+
+    assert planner.post("run.started", {"run": "r1", "tasks": [task("t0")]}).status_code == 202
+    hashes = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
+    assert (
+        coder.post("task.started", {"run": "r1", "task": "t0", "attempt": hashes}).status_code
+        == 202
+    )
+    barrier = threading.Barrier(8)
+    answers: list = []
+
+    def send(i: int) -> None:
+        client = Client()
+        question = f"Which field decides the discount tier, source number {i}?"
+        data = {
+            "run": "r1",
+            "task": "t0",
+            "packet": {**PACKET, "task": "t0", "smallest_unblocking_question": question},
+        }
+        body = coder.body("packet.submitted", data)
+        extra = wsgi_headers(coder.headers(body))
+        barrier.wait()
+        response = client.generic(
+            "POST", coder.path, body, content_type="application/json", **extra
+        )
+        answers.append((response.status_code, response.json()))
+        connection.close()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [status for status, _ in answers] == [202] * 8, answers
+    waiting = Escalation.objects.filter(status__in=Escalation.OPEN_STATES)
+    assert waiting.count() == 1
+    assert sorted(body["packet"] for _, body in answers) == ["opened"] + ["replaced"] * 7
+    assert {body["escalation"] for _, body in answers} == {waiting.get().pk}
+    assert Hold.objects.filter(lifted_at__isnull=True).count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_simultaneous_copies_of_one_batch_apply_each_event_once(planner, coder):
     from runs.models import Claim
     from tests.fleet.test_batches import batch_path, event
