@@ -67,16 +67,23 @@ __all__ = [
 
 # What a key or a name may not hold, since it is shown as it is on pages, in emails' subjects
 # and in CSV files: C0, DEL and C1 controls, the Unicode line and paragraph separators (a break
-# in an email header), and the bidirectional controls that reorder the text after them on a
-# page ("load-bearing" shown as "gnireab-daol").
-UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# in an email header), the bidirectional controls that reorder the text after them on a page
+# ("load-bearing" shown as "gnireab-daol"), and the characters that show nothing at all (a
+# zero-width space, a soft hyphen, a word joiner, a byte order mark, the Hangul fillers): with
+# them, "plan.tier" and "plan.tier" plus a zero-width space were two keys that look the same.
+# The joiners that scripts and emoji need (U+200C, U+200D) and the variation selectors stay.
+UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200e\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb"
+    "\U0001d173-\U0001d17a\U000e0001]"
+)
 
 
 def _printable(value: str) -> str:
     found = UNPRINTABLE.search(value)
     if found is not None:
         raise ValueError(
-            f"must not contain control characters (U+{ord(found.group()):04X} at position "
+            f"must not contain control or invisible characters (U+{ord(found.group()):04X} at position "
             f"{found.start()}): keys and names are shown as they are, on pages, in emails and "
             "in CSV files"
         )

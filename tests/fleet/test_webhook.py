@@ -1064,11 +1064,13 @@ def test_a_value_the_database_will_not_store_is_422_and_writes_nothing(planner, 
 @pytest.mark.parametrize(
     ("char", "name"),
     [("\u202e", "202E"), ("\u2066", "2066"), ("\u200f", "200F"), ("\u2028", "2028"),
-     ("\u2029", "2029"), ("\x85", "0085"), ("\n", "000A")],
+     ("\u2029", "2029"), ("\x85", "0085"), ("\n", "000A"), ("\u200b", "200B"),
+     ("\ufeff", "FEFF"), ("\u00ad", "00AD"), ("\u2060", "2060"), ("\u3164", "3164")],
 )  # fmt: skip
 def test_a_key_with_a_character_not_shown_as_itself_is_422_naming_it(planner, coder, char, name):
     """A right-to-left override in a claim's key reversed the page's text after it; a line
-    separator in a run's key broke every email's subject about it (the reviewer never reached).
+    separator in a run's key broke every email's subject about it (the reviewer never reached);
+    a zero-width space made a second key that looks like the first.
     Run, task and claim keys and capabilities refuse them, naming the field and the character."""
     bad = f"tier{char}key"
     declared = planner.post(
@@ -1078,7 +1080,7 @@ def test_a_key_with_a_character_not_shown_as_itself_is_422_naming_it(planner, co
     errors = errors_of(declared)
     assert set(errors) == {"data.run", "data.tasks.1.key", "data.tasks.2.capabilities.0"}
     assert errors["data.run"] == (
-        f"must not contain control characters (U+{name} at position 4): keys and "
+        f"must not contain control or invisible characters (U+{name} at position 4): keys and "
         "names are shown as they are, on pages, in emails and in CSV files"
     )
     assert not Run.objects.exists()
@@ -1094,3 +1096,9 @@ def test_a_key_with_a_character_not_shown_as_itself_is_422_naming_it(planner, co
         {"run": "r1", "task": "a", "claim": {"key": "tarif-ü-\u05d0\u05d1", "statement": "s"}},
     )
     assert fine.status_code == 202, fine.content  # letters of any script are keys' own
+    # The joiners a script or an emoji needs are shown as part of what they join.
+    for key in ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\U0001f469\u200d\U0001f4bb"):
+        joined = coder.post(
+            "claim.posted", {"run": "r1", "task": "a", "claim": {"key": key, "statement": "s"}}
+        )
+        assert joined.status_code == 202, joined.content
