@@ -85,6 +85,41 @@ PACKET = {
     ],
     "smallest_unblocking_question": "Which field decides the discount tier?",
 }
+HASHES = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
+
+
+def running(planner, coder, keys: list[str]) -> None:
+    """Run r1 declared with these tasks, each started by the coder."""
+    declared = planner.post("run.started", {"run": "r1", "tasks": [task(k) for k in keys]})
+    assert declared.status_code == 202
+    for key in keys:
+        started = coder.post("task.started", {"run": "r1", "task": key, "attempt": HASHES})
+        assert started.status_code == 202
+
+
+def packets_at_once(coder, packets: list[dict]) -> list[tuple[int, dict]]:
+    """Each packet.submitted posted from its own thread and connection at the same moment; the
+    answers, in the packets' order."""
+    barrier = threading.Barrier(len(packets))
+    answers: list = [None] * len(packets)
+
+    def send(i: int) -> None:
+        data = {"run": "r1", "task": packets[i]["task"], "packet": packets[i]}
+        body = coder.body("packet.submitted", data)
+        extra = wsgi_headers(coder.headers(body))
+        barrier.wait()
+        response = Client().generic(
+            "POST", coder.path, body, content_type="application/json", **extra
+        )
+        answers[i] = (response.status_code, response.json())
+        connection.close()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(packets))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
 
 
 @pytest.mark.postgres
@@ -94,36 +129,8 @@ def test_agents_asking_one_question_at_once_all_get_202_and_one_escalation(plann
     PostgreSQL rolls back to break a deadlock between two of them is applied again, never a
     503), and they wait on one escalation."""
     keys = [f"t{i}" for i in range(8)]
-    assert (
-        planner.post("run.started", {"run": "r1", "tasks": [task(k) for k in keys]}).status_code
-        == 202
-    )
-    hashes = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
-    for key in keys:
-        assert (
-            coder.post("task.started", {"run": "r1", "task": key, "attempt": hashes}).status_code
-            == 202
-        )
-    barrier = threading.Barrier(len(keys))
-    answers: list = []
-
-    def send(key: str) -> None:
-        client = Client()
-        data = {"run": "r1", "task": key, "packet": {**PACKET, "task": key}}
-        body = coder.body("packet.submitted", data)
-        extra = wsgi_headers(coder.headers(body))
-        barrier.wait()
-        response = client.generic(
-            "POST", coder.path, body, content_type="application/json", **extra
-        )
-        answers.append((response.status_code, response.json()))
-        connection.close()
-
-    threads = [threading.Thread(target=send, args=(key,)) for key in keys]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    running(planner, coder, keys)
+    answers = packets_at_once(coder, [{**PACKET, "task": key} for key in keys])
     assert [status for status, _ in answers] == [202] * len(keys), answers
     assert Escalation.objects.filter(status=Escalation.Status.OPEN).count() == 1
     assert Task.objects.filter(state=Task.State.ESCALATED).count() == len(keys)
@@ -137,37 +144,15 @@ def test_one_task_sending_packets_at_once_waits_on_one_escalation(planner, coder
     packet, as they would one after another), with one hold."""
     from runs.models import Hold
 
-    assert planner.post("run.started", {"run": "r1", "tasks": [task("t0")]}).status_code == 202
-    hashes = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
-    assert (
-        coder.post("task.started", {"run": "r1", "task": "t0", "attempt": hashes}).status_code
-        == 202
+    running(planner, coder, ["t0"])
+    asking = "Which field decides the discount tier, source number {}?"
+    answers = packets_at_once(
+        coder,
+        [
+            {**PACKET, "task": "t0", "smallest_unblocking_question": asking.format(i)}
+            for i in range(8)
+        ],
     )
-    barrier = threading.Barrier(8)
-    answers: list = []
-
-    def send(i: int) -> None:
-        client = Client()
-        question = f"Which field decides the discount tier, source number {i}?"
-        data = {
-            "run": "r1",
-            "task": "t0",
-            "packet": {**PACKET, "task": "t0", "smallest_unblocking_question": question},
-        }
-        body = coder.body("packet.submitted", data)
-        extra = wsgi_headers(coder.headers(body))
-        barrier.wait()
-        response = client.generic(
-            "POST", coder.path, body, content_type="application/json", **extra
-        )
-        answers.append((response.status_code, response.json()))
-        connection.close()
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
     assert [status for status, _ in answers] == [202] * 8, answers
     waiting = Escalation.objects.filter(status__in=Escalation.OPEN_STATES)
     assert waiting.count() == 1
@@ -225,16 +210,7 @@ def test_two_batches_finishing_the_same_tasks_at_once_finish_each_once(planner, 
     from tests.fleet.test_batches import batch_path, event
 
     keys = [f"t{n}" for n in range(20)]
-    assert (
-        planner.post("run.started", {"run": "r1", "tasks": [task(k) for k in keys]}).status_code
-        == 202
-    )
-    attempt = {"prompt_hash": "sha256:" + "a" * 64, "context_hash": "sha256:" + "b" * 64}
-    for key in keys:
-        assert (
-            coder.post("task.started", {"run": "r1", "task": key, "attempt": attempt}).status_code
-            == 202
-        )
+    running(planner, coder, keys)
     failure = {"kind": "reasoning", "signature": "s", "message": "wrong tier"}
     outcomes = {
         "succeeded": {"outcome": "succeeded"},
