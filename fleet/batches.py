@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from fleet import dispatch, rows
 from fleet.dispatch import Context
-from fleet.errors import Refusal, error, errors_body
+from fleet.errors import Refusal, error, errors_body, rolled_back
 from fleet.errors import body as refusal_body
 from fleet.event_json import loads
 from fleet.intake import (
@@ -38,7 +38,6 @@ from fleet.intake import (
     prepare,
     replay,
     replayed,
-    rolled_back,
     webhook_id_problem,
 )
 from fleet.models import Agent, Event

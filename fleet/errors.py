@@ -55,3 +55,9 @@ def body(refusal: Refusal) -> dict[str, list[Any]]:
     if blockers:
         found["blockers"] = blockers
     return found
+
+
+def rolled_back(exc: BaseException) -> bool:
+    """The database rolled the transaction back to break a deadlock or a serialization
+    conflict (SQLSTATE 40P01, 40001): nothing of it was written, and taking it again is safe."""
+    return getattr(exc.__cause__, "sqlstate", None) in {"40P01", "40001"}

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from fleet import keyring, rows, signing
 from fleet.dispatch import HANDLERS, Context, reference_errors
-from fleet.errors import Refusal, error, errors_body
+from fleet.errors import Refusal, error, errors_body, rolled_back
 from fleet.errors import body as refusal_body
 from fleet.events import Strict, loads, parse, partial_of
 from fleet.models import Agent, Event
@@ -260,12 +260,6 @@ def apply(
 def unstorable(exc: DataError) -> str:
     said = str(exc.__cause__ or exc).strip().splitlines()
     return f"holds a value the database cannot store: {said[0] if said else 'no reason given'}"
-
-
-def rolled_back(exc: OperationalError) -> bool:
-    """The database rolled the transaction back to break a deadlock or a serialization
-    conflict: applying it again is safe and will succeed (SQLSTATE 40P01, 40001)."""
-    return getattr(exc.__cause__, "sqlstate", None) in {"40P01", "40001"}
 
 
 def prepare(

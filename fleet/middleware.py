@@ -6,14 +6,19 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from fleet.errors import error, errors_body
+from fleet.errors import error, errors_body, rolled_back
 
 
-def database_unavailable() -> JsonResponse:
-    response = JsonResponse(
-        errors_body([error("database", "the database is unavailable; retry later")]),
-        status=503,
+def database_unavailable(exc: BaseException | None = None) -> JsonResponse:
+    """503 with Retry-After. The database broke a deadlock with concurrent changes (or a
+    serialization conflict) as often as the request would take it again: it is up, and says so."""
+    said = (
+        "conflicted with concurrent changes to the same rows and was rolled back; nothing was "
+        "changed: retry in a moment"
+        if exc is not None and rolled_back(exc)
+        else "the database is unavailable; retry later"
     )
+    response = JsonResponse(errors_body([error("database", said)]), status=503)
     response["Retry-After"] = str(settings.DATABASE_RETRY_AFTER_SECONDS)
     return response
 
@@ -38,12 +43,12 @@ class DatabaseUnavailableMiddleware:
             return self.get_response(request)
         except DatabaseError as exc:
             if is_database_down(exc):
-                return database_unavailable()
+                return database_unavailable(exc)
             raise
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, DatabaseError) and is_database_down(exception):
-            return database_unavailable()
+            return database_unavailable(exception)
         return None
 
 

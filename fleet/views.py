@@ -101,7 +101,7 @@ def signed_post(
         )
     except DatabaseError as exc:
         if is_database_down(exc):
-            return database_unavailable()
+            return database_unavailable(exc)
         raise
     # Sorted keys: a replay (read back from jsonb, which orders keys its own way) is byte-equal.
     response = JsonResponse(reply.body, status=reply.status, json_dumps_params={"sort_keys": True})

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, cast
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from escalations import tasks
@@ -22,7 +22,7 @@ from escalations.services.state import (
 )
 from fleet import rows
 from fleet.broker import after_commit
-from fleet.errors import Refusal
+from fleet.errors import Refusal, rolled_back
 from fleet.models import Agent, Delivery, Fleet
 from fleet.outbox import held, prepared, send_after_commit
 from fleet.prepared import prepared_cursor
@@ -98,6 +98,12 @@ def escalation_answer(
                 return answering(escalation_id=escalation.pk, reviewer=reviewer, text=text,
                                  option=option, packet=packet)  # fmt: skip
         except JoinsChanged:
+            continue
+        except OperationalError as exc:
+            if not rolled_back(exc):
+                raise
+            # PostgreSQL broke a deadlock with a concurrent change by rolling this one back:
+            # nothing of it was written; again (it sees the change now).
             continue
         except IntegrityError:
             if not Answer.objects.filter(escalation_id=escalation.pk).exists():
@@ -323,10 +329,14 @@ IDS = {
 # order of the ids (a LATERAL subquery for each, which the planner cannot turn into a scan): with
 # `IN (...)`, a planner whose statistics predate the tables' growth read every run and every
 # task of the database to find them. SQLite takes no row locks.
+# A run is locked FOR NO KEY UPDATE, as PostgreSQL locks a row it updates: an event that locked
+# its task first and then writes a row naming the run (a packet's escalation, a frontier change)
+# takes the run's KEY SHARE lock, which FOR UPDATE would have made wait for the answer while the
+# answer waited for the task: a deadlock.
 LOCKED = {
     "postgresql": {
         "runs_locked": """(SELECT id FROM ({of_runs}) AS u(id) ORDER BY id) AS ids
-            CROSS JOIN LATERAL (SELECT * FROM {run} WHERE id = ids.id FOR UPDATE) AS r""",
+            CROSS JOIN LATERAL (SELECT * FROM {run} WHERE id = ids.id FOR NO KEY UPDATE) AS r""",
         "runs_where": "",
         "tasks_locked": """(SELECT id FROM ({of_tasks}) AS u(id) ORDER BY id) AS ids
             CROSS JOIN LATERAL (SELECT * FROM {task} WHERE id = ids.id FOR UPDATE) AS t""",

@@ -70,7 +70,11 @@ def claim_raise(*, claim: Claim, reviewer: Any) -> Claim:
 def task_release_stop(*, task: Task, reviewer: Any) -> Task:
     """Release a task's uncertain-dependency stop: a reviewer lets its external effect go ahead
     although its dependencies are uncertain."""
-    run = Run.objects.select_for_update(of=("self",)).select_related("fleet").get(pk=task.run_id)
+    run = (
+        Run.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("fleet")
+        .get(pk=task.run_id)
+    )
     refuse_unless_reviewer(reviewer, run.fleet_id, run.fleet.name)
     refuse_unless_running(run, "there is nothing to release.")
     task.run = run

@@ -239,7 +239,9 @@ def escalation_split(*, escalation: Escalation, reviewer: Any, task_id: int) -> 
         )
     # The order everything else locks in: the run, the task, then the escalation.
     run = (
-        Run.objects.select_for_update(of=("self",)).select_related("fleet").get(pk=row.task.run_id)
+        Run.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("fleet")
+        .get(pk=row.task.run_id)
     )
     task = Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
     escalation = lock_escalation(escalation.pk)

@@ -77,9 +77,15 @@ def lock_escalation(escalation_id: int) -> Escalation:
 
 
 def lock_for_action(escalation_id: int) -> tuple[Run, Task, Escalation]:
-    """The run, then the task, then the escalation: the order the work's services lock in."""
+    """The run, then the task, then the escalation: the order the work's services lock in. The
+    run FOR NO KEY UPDATE, as an update locks it: an event that holds the task and writes a row
+    naming the run (a packet's escalation) is not made to wait for it (a deadlock)."""
     run_id, task_id = Escalation.objects.values_list("run_id", "task_id").get(pk=escalation_id)
-    run = Run.objects.select_for_update(of=("self",)).select_related("fleet").get(pk=run_id)
+    run = (
+        Run.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("fleet")
+        .get(pk=run_id)
+    )
     task = Task.objects.select_for_update(of=("self",)).select_related("agent").get(pk=task_id)
     escalation = (
         Escalation.objects.select_for_update(of=("self",))

@@ -2,16 +2,19 @@
 work released, the deliveries after commit; one answer per escalation, even at the same moment."""
 
 import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import pytest
-from django.db import connection
-from django.test import TestCase
+from django.db import OperationalError, connection
+from django.test import Client, TestCase
 
 from escalations.models import Answer, Escalation
 from fleet import services as fleet_services
 from fleet.models import ApiToken, Delivery
 from runs.models import Blocker, Claim, Decision, Evidence, Task
-from tests.conftest import REFUSED_CALLBACK, signed_in
+from tests.conftest import REFUSED_CALLBACK, signed_in, wsgi_headers
 from tests.escalations.desk import OPTIONS, QUESTION, Desk, member
 
 pytestmark = pytest.mark.django_db
@@ -297,6 +300,107 @@ def test_two_reviewers_answering_at_once_keep_exactly_one_answer(client, fleet):
     assert Claim.objects.filter(key=f"answer.escalation-{escalation.pk}").count() == 1
     assert Delivery.objects.filter(type="escalation.answered").count() == 1
     assert Escalation.objects.get(pk=escalation.pk).claimed_by.username == winner
+
+
+def at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Each call in its own thread (and database connection), all let go at the same moment."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = calls[i]()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def reviewer_posts(reviewer: Any, url: str, form: dict[str, str]) -> Any:
+    return signed_in(reviewer).post(url, form, HTTP_HX_REQUEST="true")
+
+
+def agent_posts(sender: Any, type: str, data: dict[str, Any]) -> Any:
+    body = sender.body(type, data)
+    extra = wsgi_headers(sender.headers(body))
+    return Client().generic("POST", sender.path, body, content_type="application/json", **extra)
+
+
+RACING = {
+    "answer": ({"text": "Use loyalty points"}, {200, 409}),
+    "return": ({"field": "tried", "note": "say which query you ran"}, {200, 409}),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("action", sorted(RACING))
+def test_a_reviewer_racing_the_agents_new_packet_is_applied_or_refused_never_a_503(
+    client, fleet, action
+):
+    """The reviewer answers (or returns) the packet on the page while the agent sends another
+    question for the same task: one of them goes first, the other is applied after it or refused
+    as it would be one after the other. The two locked the run and the task in opposite orders,
+    and PostgreSQL broke the deadlock with the reviewer's side: a 503 saying the database was
+    down."""
+    from tests.escalations.desk import packet
+
+    fleet.callback_url = REFUSED_CALLBACK
+    fleet.save()
+    desk = Desk(client, fleet)
+    reviewer = member("alice", fleet)
+    form, allowed = RACING[action]
+    for trial in range(6):
+        run = f"race-{trial}"
+        desk.run(run, [{"key": "plan", "agent": "planner"}])
+        escalation = desk.escalate(run=run)
+        new = packet("plan", smallest_unblocking_question=f"Which source decides trial {trial}?")
+        url = f"/escalations/{escalation.pk}/{action}/"
+        data = {"run": run, "task": "plan", "packet": new}
+        acted, sent = at_once(
+            partial(reviewer_posts, reviewer, url, {**form, "packet": str(escalation.packet_id)}),
+            partial(agent_posts, desk.planner, "packet.submitted", data),
+        )
+        assert acted.status_code in allowed, (trial, acted.status_code, acted.content)
+        assert sent.status_code == 202, (trial, sent.content)
+        if action == "answer":
+            kept = Answer.objects.filter(escalation=escalation).exists()
+            assert kept == (acted.status_code == 200)
+            if not kept:
+                assert sent.json()["packet"] == "replaced"
+                shown = acted.content.decode()
+                assert "The agent sent a new packet since this page was opened" in shown
+
+
+def test_an_answer_the_database_rolled_back_to_break_a_deadlock_is_taken_again(
+    desk, alice, monkeypatch
+):
+    """Rolled back by PostgreSQL to break a deadlock, nothing of the answer was written: it is
+    taken again, and the reviewer sees it answered, not the database down."""
+    from psycopg.errors import DeadlockDetected
+
+    from escalations.services import answer as service
+
+    escalation = desk.escalate()
+    locking, calls = service.locked_for_answer, []
+
+    def deadlocked_once(escalation_id):
+        calls.append(escalation_id)
+        if len(calls) == 1:
+            raise OperationalError("deadlock detected") from DeadlockDetected("deadlock detected")
+        return locking(escalation_id)
+
+    monkeypatch.setattr(service, "locked_for_answer", deadlocked_once)
+    response = answer(signed_in(alice), escalation, text="Use the loyalty_points threshold")
+    assert response.status_code == 200
+    assert len(calls) == 2
+    assert Answer.objects.filter(escalation=escalation).count() == 1
 
 
 def test_an_answer_to_a_packet_the_agent_has_replaced_since_is_refused(desk, alice):

@@ -380,6 +380,14 @@ def test_an_event_deadlocked_again_and_again_is_503_with_retry_after(big, monkey
     response = big.post("claim.posted", data)
     assert response.status_code == 503
     assert response["Retry-After"]
+    # The database is up: the answer says what happened, not that it is down.
+    assert response.json()["errors"] == [
+        {
+            "loc": "database",
+            "msg": "conflicted with concurrent changes to the same rows and was rolled back; "
+            "nothing was changed: retry in a moment",
+        }
+    ]
     assert not Claim.objects.filter(key="k1").exists()
 
 
