@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, Exists, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from escalations.models import Escalation, JoinedTask
@@ -33,7 +33,17 @@ def runs_listed(found: QuerySet[Run], limit: int) -> list[Run]:
         )
 
     # Its tasks with a person: one escalation may hold several (a question asked twice, joined).
-    waiting = Task.objects.filter(state=Task.State.ESCALATED)
+    # A task escalated whose escalation was returned waits on its agent for a better packet,
+    # and one whose run failed waits on nobody: neither is counted.
+    open_states = Escalation.OPEN_STATES
+    waiting = Task.objects.filter(state=Task.State.ESCALATED).filter(
+        Exists(Escalation.objects.filter(task=OuterRef("pk"), status__in=open_states))
+        | Exists(
+            JoinedTask.objects.filter(
+                task=OuterRef("pk"), left_at__isnull=True, escalation__status__in=open_states
+            )
+        )
+    )
     return list(
         found.order_by("-started_at", "-pk").annotate(
             task_count=counted(Task.objects.all()), waiting=counted(waiting)

@@ -199,4 +199,13 @@ def abort_reach(escalation: Escalation) -> dict[str, Any]:
         .order_by("opened_at", "pk")
         .values_list("task__key", flat=True)
     )
-    return {"cancelled": [escalation.task.key, *cancelled], "others": list(others)}
+    # Tasks of the same run that joined it do not wait on an escalation of their own: their
+    # run fails with it, and they stop waiting, unanswered.
+    stopping = JoinedTask.objects.filter(
+        escalation=escalation, left_at__isnull=True, task__run=escalation.run
+    ).order_by("joined_at", "pk")
+    return {
+        "cancelled": [escalation.task.key, *cancelled],
+        "others": list(others),
+        "stopping": list(stopping.values_list("task__key", flat=True)),
+    }

@@ -506,4 +506,4 @@ def test_the_runs_list_counts_each_task_waiting_on_the_shared_question(desk, ali
     page = signed_in(alice).get("/runs/").content.decode()
 
     row = page[page.index(">eu<") : page.index("</tr>", page.index(">eu<"))]
-    assert '?status=all">2</a>' in row
+    assert '#escalations-title">2</a>' in row

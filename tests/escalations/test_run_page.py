@@ -201,8 +201,38 @@ def test_the_runs_list_counts_the_runs_it_shows_and_reads_no_other(desk, browser
 
     row = page[page.index(">tier-discounts<") : page.index("</tr>", page.index(">tier-discounts<"))]
     assert re.findall(r"<td>(\d+)</td>", row)[0] == str(Task.objects.filter(run=shown).count())
-    assert ">1</a>" in row  # the escalation waiting, linked to the queue
+    assert f'href="/runs/{shown.pk}/#escalations-title">1</a>' in row  # the escalation waiting
     assert ">r0<" not in page  # the big run is older than the first page
     (listed,) = [q["sql"] for q in queries.captured_queries if "ORDER BY" in q["sql"]
                  and '"runs_run"."started_at" DESC' in q["sql"]]  # fmt: skip
     assert rows_read(listed) <= 200, listed
+
+
+def test_the_runs_list_counts_only_tasks_a_reviewer_has(desk, browser):
+    """A returned packet waits on its agent, not a reviewer; a failed run waits on nobody. The
+    task stays escalated in both, and the list counted it as waiting for a reviewer."""
+
+    def waiting_shown(run: str) -> str:
+        page = browser.get("/runs/").content.decode()
+        start = page.index(f">{run}<")
+        row = page[start : page.index("</tr>", start)]
+        return re.findall(r"<td>(?:<a [^>]*>)?(\d+|—)(?:</a>)?</td>", row)[1]
+
+    returned = desk.escalate()
+    assert waiting_shown("tier-discounts") == "1"
+    sent_back = browser.post(
+        f"/escalations/{returned.pk}/return/", {"field": "tried", "note": "say which query"}
+    )
+    assert sent_back.status_code == 302
+    assert waiting_shown("tier-discounts") == "—"
+
+    desk.run("aborted", [{"key": "a", "agent": "coder"}, {"key": "b", "agent": "coder"}])
+    first = desk.escalate("a", run="aborted", smallest_unblocking_question="Which tier?")
+    joined = desk.escalate("b", run="aborted", smallest_unblocking_question="Which tier?")
+    assert joined.pk == first.pk
+    assert waiting_shown("aborted") == "2"
+    warning = browser.get(f"/escalations/{first.pk}/").content.decode()
+    assert "b, which joined it from this run, stops waiting, unanswered." in warning
+    stopped = browser.post(f"/escalations/{first.pk}/abort/", {"reason": "wrong plan"})
+    assert stopped.status_code == 302
+    assert waiting_shown("aborted") == "—"
