@@ -4,6 +4,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from escalations.models import Answer, Assignment, Escalation, EscalationStep, FailurePacket
 from escalations.packet_draft import missing_fields
 from escalations.selectors.attempts import claims_of_task, recorded_attempts
@@ -258,9 +260,8 @@ def delivery_history(escalation: Escalation) -> list[dict[str, Any]]:
     return [
         {
             "at": delivery.created_at,
-            "what": f"sent {delivery.type}",
-            "detail": f"{delivery.status}"
-            + (f" after {delivery.attempts} tries" if delivery.attempts > 1 else ""),
+            "what": f"{delivery.type} for the fleet's callback",
+            "detail": delivery_detail(delivery),
         }
         for delivery in Delivery.objects.filter(
             fleet_id=escalation.fleet_id,
@@ -268,6 +269,15 @@ def delivery_history(escalation: Escalation) -> list[dict[str, Any]]:
             payload__data__task=escalation.task.key,
         ).order_by("created_at", "id")[:50]
     ]
+
+
+def delivery_detail(delivery: Delivery) -> str:
+    """How its sending went: when it was delivered (it is listed when it was recorded), or its
+    status now."""
+    tries = f" after {delivery.attempts} tries" if delivery.attempts > 1 else ""
+    if delivery.delivered_at is not None:
+        return f"delivered at {timezone.localtime(delivery.delivered_at):%H:%M:%S}{tries}"
+    return f"{delivery.status}{tries}"
 
 
 def assignment_history(escalation: Escalation) -> list[dict[str, Any]]:
@@ -296,6 +306,8 @@ def assignment_history(escalation: Escalation) -> list[dict[str, Any]]:
     for m in escalation.messages.order_by("id")[:50]:
         tries = f"{m.attempts} tr{'y' if m.attempts == 1 else 'ies'}"
         detail = f"{m.reason} to {shown_target(m.kind, m.target)}: {m.status} after {tries}"
+        if m.sent_at is not None:  # listed when it was queued; sent when a worker got to it
+            detail += f", at {timezone.localtime(m.sent_at):%H:%M:%S}"
         if m.last_error:
             detail += f" — {m.last_error}"
         items.append({"at": m.created_at, "what": f"{m.kind} message", "detail": detail})

@@ -152,7 +152,11 @@ class ClaimRow(Schema):
     status: str = one_of(Claim.Status)
     reason: str = Field(description="Why it has its status (empty while unverified).")
     posted_at: datetime
-    checked_at: datetime | None
+    checked_at: datetime | None = Field(
+        description="When it was first checked, verified or refuted (null while never checked): "
+        "where its blast radius ends. A later verdict (a verified claim refuted after, say) "
+        "changes `status` and `reason`, which names who gave it, not this time."
+    )
     blast_radius: BlastRadius | None
 
 

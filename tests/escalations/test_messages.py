@@ -214,7 +214,9 @@ def test_the_packet_page_shows_the_messages_sent(routed, alice, chat):
     browser.force_login(alice)
     page = browser.get(f"/escalations/{escalation.pk}/").content.decode()
     assert "Assigned to alice" in page
-    assert "assigned to json://127.0.0.1" in page and ": sent after 1 try" in page
+    assert "assigned to json://127.0.0.1" in page and ": sent after 1 try, at " in page
+    sent_at = Message.objects.get(escalation=escalation, kind="chat").sent_at
+    assert f", at {timezone.localtime(sent_at):%H:%M:%S}" in page
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from django.utils import timezone
 from escalations import reports
 from escalations.models import Escalation
 from fleet import services
-from runs.models import Attempt, Run, Task
+from runs.models import Attempt, Claim, Run, Task
 from tests.conftest import signed_in
 from tests.escalations.desk import QUESTION, Desk, member
 from tests.fixtures.seed import ALL_GREEN_RUN, late_artifacts_run, phoenixdx
@@ -234,6 +234,11 @@ def test_escalation_health_is_measured_and_escalated_is_kept_apart_from_failed(
     html = signed_in(carol).get("/reports/").content.decode()
     assert "Early escalations<strong>1</strong>" in html
     assert "Escalated<strong>1</strong>" in html and "Failed<strong>0</strong>" in html
+    # The answer is a claim of the run (its page lists it), not one of the agents' claims the
+    # blast radius counts: the column says whose claims it counts.
+    assert Claim.objects.filter(run=escalation.run, posted_by="reviewer:alice").count() == 1
+    assert '<td data-label="Agents\' claims">0</td>' in html
+    assert "A reviewer's answer is a claim too" in html
 
 
 @pytest.mark.django_db

@@ -75,6 +75,12 @@ def test_claims_decisions_progress_cause_and_deliveries_are_shown(desk, browser)
     for kind in ("run.failed", "escalation.opened"):
         assert f"<code>{kind}</code>" in deliveries
     assert Delivery.objects.filter(type="run.failed").exists()
+    assert '<th scope="col">Created</th>' in deliveries and " at <time" not in deliveries
+    Delivery.objects.filter(type="run.failed").update(
+        status="delivered", delivered_at=run.started_at
+    )
+    deliveries = browser.get(f"/runs/{run.pk}/").content.decode().split('id="deliveries-title"')[1]
+    assert f'at <time datetime="{run.started_at.isoformat()}' in deliveries
 
 
 def test_a_run_of_another_fleet_is_not_found(desk):

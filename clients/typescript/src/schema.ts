@@ -759,7 +759,10 @@ export interface components {
              * Format: date-time
              */
             posted_at: string;
-            /** Checked At */
+            /**
+             * Checked At
+             * @description When it was first checked, verified or refuted (null while never checked): where its blast radius ends. A later verdict (a verified claim refuted after, say) changes `status` and `reason`, which names who gave it, not this time.
+             */
             checked_at: string | null;
             blast_radius: components["schemas"]["BlastRadius"] | null;
         };
