@@ -46,13 +46,17 @@ def answer_text_of(text: str, option: str) -> str:
 def refuse_unless_answerable(
     run: Run, task: Task, escalation: Escalation, *, text: str, option: str
 ) -> None:
-    if option and option not in options_of(escalation):
+    options = options_of(escalation)
+    if option and option not in options:
+        if not options:
+            raise Refusal("This packet offers no options: write the answer.", status=422)
         raise Refusal("Choose one of the packet's options, or write the answer.", status=422)
     if not text and not option:
-        raise Refusal("Write the answer (or choose an option) before releasing.", status=422)
+        choose = " (or choose an option)" if options else ""
+        raise Refusal(f"Write the answer{choose} before releasing.", status=422)
     if len(text) > ANSWER_MAX_CHARS:
         raise Refusal(
-            f"The answer is {len(text):,} characters; keep it under {ANSWER_MAX_CHARS:,}: "
+            f"The answer is {len(text):,} characters; it may have at most {ANSWER_MAX_CHARS:,}: "
             "the agent needs the one fact, not an essay.",
             status=422,
         )

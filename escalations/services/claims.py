@@ -48,7 +48,7 @@ def claim_check_by_hand(
         )
     if len(note) > NOTE_MAX_CHARS:
         raise Refusal(
-            f"The note is {len(note):,} characters; keep it under {NOTE_MAX_CHARS:,}.",
+            f"The note is {len(note):,} characters; it may have at most {NOTE_MAX_CHARS:,}.",
             status=422,
         )
     refuse_unless_running(run, "a verdict now would change nothing.")

@@ -34,7 +34,7 @@ def refuse_too_long(text: str, what: str) -> None:
     """A note is kept whole or refused, never cut: the agent reads all of it."""
     if len(text) > NOTE_MAX_CHARS:
         raise Refusal(
-            f"The {what} is {len(text):,} characters; keep it under {NOTE_MAX_CHARS:,} (nothing "
+            f"The {what} is {len(text):,} characters; it may have at most {NOTE_MAX_CHARS:,} (nothing "
             "was changed, and what you typed is still here).",
             status=422,
         )

@@ -146,7 +146,7 @@ def test_choosing_an_option_is_an_answer(desk, alice):
             {"option": "Something the agent never offered"},
             "Choose one of the packet&#x27;s options",
         ),
-        ({"text": "x" * 5001}, "keep it under 5,000"),
+        ({"text": "x" * 5001}, "it may have at most 5,000"),
     ],
 )
 def test_a_bad_answer_is_refused_and_the_draft_kept(desk, alice, form, message):
@@ -157,6 +157,21 @@ def test_a_bad_answer_is_refused_and_the_draft_kept(desk, alice, form, message):
     assert message in page and 'id="answer-form"' in page
     if form.get("text", "").strip():
         assert form["text"] in page
+    assert not Answer.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"text": ""}, "Write the answer before releasing."),
+        ({"option": "Yes"}, "This packet offers no options: write the answer."),
+    ],
+)
+def test_a_packet_without_options_asks_only_for_the_answer(desk, alice, form, message):
+    escalation = desk.escalate()
+    response = answer(signed_in(alice), escalation, **form)
+    assert response.status_code == 422
+    assert message in response.content.decode()
     assert not Answer.objects.exists()
     assert Task.objects.get(key="plan").state == "escalated"
 

@@ -119,7 +119,7 @@ def test_refuting_a_claim_on_the_packet_sends_its_task_back(desk, alice):
             422,
             "Say what you checked to find plan.tier verified",
         ),
-        ({"verdict": "verified", "note": "x" * 1001}, 422, "keep it under 1,000"),
+        ({"verdict": "verified", "note": "x" * 1001}, 422, "it may have at most 1,000"),
     ],
 )
 def test_a_bad_verdict_is_refused_saying_why(desk, alice, form, status, message):

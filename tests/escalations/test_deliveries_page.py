@@ -46,6 +46,18 @@ def test_a_member_sees_each_delivery_with_its_status_and_the_receivers_answer(cl
     assert "run.failed" in page and "HTTP 503" in page and "pending" in page
 
 
+def test_a_failed_runs_cause_and_the_time_of_delivery_are_shown(client, bob, fleet):
+    failed = delivery(fleet, type="run.failed", run="r1", cause="push: the forge is down")
+    Delivery.objects.filter(pk=failed.pk).update(delivered_at=failed.created_at)
+    delivery(fleet, type="run.failed", status="pending", code=503, run="r2", cause="later")
+    client.force_login(bob)
+    page = client.get("/deliveries/").content.decode()
+
+    assert "cause: push: the forge is down" in page and "cause: later" in page
+    assert page.count("<small>at <time datetime=") == 1
+    assert f'at <time datetime="{timezone.localtime(failed.created_at).isoformat()}' in page
+
+
 def test_it_filters_by_status_and_pages_back_in_time(client, bob, fleet, settings):
     from fleet import selectors
 

@@ -252,7 +252,7 @@ def test_a_reviewer_reroutes_the_task_to_another_agent(desk, browser):
         ({"agent": "nobody", "note": "x"}, "Choose an agent of the fleet acme."),
         ({"agent": "planner", "note": "x"}, "plan is already planner&#x27;s"),
         ({"agent": "coder", "note": " "}, "Say why it goes to another agent"),
-        ({"agent": "coder", "note": "y" * 1001}, "The note is 1,001 characters; keep it under"),
+        ({"agent": "coder", "note": "y" * 1001}, "The note is 1,001 characters; it may have at most"),
     ],
 )
 def test_a_bad_reroute_is_refused_saying_why(desk, browser, form, message):
@@ -312,7 +312,7 @@ def test_a_better_packet_after_a_return_reopens_the_escalation(desk, browser):
     [
         ({"field": "transcript", "note": "x"}, "Name the packet field"),
         ({"field": "evidence", "note": ""}, "Say what is missing from evidence"),
-        ({"field": "evidence", "note": "z" * 1001}, "The note is 1,001 characters; keep it under"),
+        ({"field": "evidence", "note": "z" * 1001}, "The note is 1,001 characters; it may have at most"),
     ],
 )
 def test_a_bad_return_is_refused_saying_why(desk, browser, form, message):
@@ -542,7 +542,7 @@ def test_without_htmx_a_refused_answer_keeps_the_draft_on_the_packet(desk, brows
         anchor="answer-form",
     )
     form = section(page, "answer-form", "status")
-    assert "keep it under 5,000" in form and "x" * 5001 in form
+    assert "it may have at most 5,000" in form and "x" * 5001 in form
 
 
 def test_without_htmx_a_second_answer_is_told_who_answered(desk, browser, fleet):
@@ -608,7 +608,7 @@ def test_an_abort_reason_too_long_is_refused_not_cut(desk, browser):
     url = f"/escalations/{escalation.pk}/abort/"
     response = browser.post(url, {"reason": "r" * 1001}, HTTP_HX_REQUEST="true")
     assert response.status_code == 422
-    assert "The reason is 1,001 characters; keep it under 1,000" in response.content.decode()
+    assert "The reason is 1,001 characters; it may have at most 1,000" in response.content.decode()
     assert "r" * 1001 in response.content.decode()  # what was typed is still there
     escalation.refresh_from_db()
     assert escalation.status == "open"

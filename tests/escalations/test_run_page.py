@@ -75,7 +75,7 @@ def test_claims_decisions_progress_cause_and_deliveries_are_shown(desk, browser)
     for kind in ("run.failed", "escalation.opened"):
         assert f"<code>{kind}</code>" in deliveries
     assert Delivery.objects.filter(type="run.failed").exists()
-    assert '<th scope="col">Created</th>' in deliveries and " at <time" not in deliveries
+    assert '<th scope="col">Created</th>' in deliveries and "<small>at <time" not in deliveries
     Delivery.objects.filter(type="run.failed").update(
         status="delivered", delivered_at=run.started_at
     )
