@@ -252,7 +252,10 @@ def test_a_reviewer_reroutes_the_task_to_another_agent(desk, browser):
         ({"agent": "nobody", "note": "x"}, "Choose an agent of the fleet acme."),
         ({"agent": "planner", "note": "x"}, "plan is already planner&#x27;s"),
         ({"agent": "coder", "note": " "}, "Say why it goes to another agent"),
-        ({"agent": "coder", "note": "y" * 1001}, "The note is 1,001 characters; it may have at most"),
+        (
+            {"agent": "coder", "note": "y" * 1001},
+            "The note is 1,001 characters; it may have at most",
+        ),
     ],
 )
 def test_a_bad_reroute_is_refused_saying_why(desk, browser, form, message):
@@ -312,7 +315,10 @@ def test_a_better_packet_after_a_return_reopens_the_escalation(desk, browser):
     [
         ({"field": "transcript", "note": "x"}, "Name the packet field"),
         ({"field": "evidence", "note": ""}, "Say what is missing from evidence"),
-        ({"field": "evidence", "note": "z" * 1001}, "The note is 1,001 characters; it may have at most"),
+        (
+            {"field": "evidence", "note": "z" * 1001},
+            "The note is 1,001 characters; it may have at most",
+        ),
     ],
 )
 def test_a_bad_return_is_refused_saying_why(desk, browser, form, message):
