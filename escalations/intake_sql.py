@@ -19,6 +19,7 @@ from django.db.models import BooleanField, CharField, IntegerField
 from django.db.models.expressions import RawSQL
 
 from escalations.models import (
+    Answer,
     Assignment,
     Availability,
     Channel,
@@ -103,6 +104,7 @@ def packet_params(packet: NewPacket, change: Change | None) -> dict[str, Any]:
 def tables() -> dict[str, str]:
     return {
         "packet": table(FailurePacket),
+        "answer": table(Answer),
         "escalation": table(Escalation),
         "hold": table(Hold),
         "assignment": table(Assignment),
@@ -124,6 +126,12 @@ FACTS = {
     "attempts_made": ("(SELECT COUNT(*) FROM {attempt} a WHERE a.task_id = {row})", IntegerField),
     "any_returned": (
         "EXISTS(SELECT 1 FROM {packet} p WHERE p.task_id = {row} AND p.returned_at IS NOT NULL)",
+        BooleanField,
+    ),
+    # A reviewer answered an escalation the task waited on, its own or (joined) another's.
+    "any_answered": (
+        "EXISTS(SELECT 1 FROM ({own} {fence}) e JOIN {answer} a ON a.escalation_id = e.id)"
+        " OR EXISTS(SELECT 1 FROM {joined} j WHERE j.task_id = {row} AND j.\"left\" = 'answered')",
         BooleanField,
     ),
     "failure_kind": (
@@ -178,8 +186,8 @@ SHARED_LED_BY_PACKETS = """(
 def packet_facts(
     *, fleet_id: int, question_key: str, dedup_key: str, asks: bool
 ) -> dict[str, RawSQL]:
-    """The task's attempts and its latest failure kind, whether a packet of it was returned,
-    whether it waits on an escalation (its own or, joined, another's) and the status of its
+    """The task's attempts and its latest failure kind, whether a packet of it was returned or
+    answered, whether it waits on an escalation (its own or, joined, another's) and the status of its
     latest; with `asks`, the oldest waiting escalation of the fleet whose packet asks the same
     question (`packets.same_question`: the same dedup_key, or the same normalised question when
     either has none), not one it was split off from."""

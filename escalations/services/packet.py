@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from escalations import intake_sql
-from escalations.models import Escalation, FailurePacket, JoinedTask
+from escalations.models import Answer, Escalation, FailurePacket, JoinedTask
 from escalations.packet_draft import DRAFTED_FIELDS, missing_fields
 from escalations.packets import Packet, question_key, validate_packet
 from escalations.selectors.attempts import draft_for
@@ -22,6 +22,10 @@ from fleet.outbox import notify
 from runs import holds, scheduler, task_state
 from runs.models import Attempt, Decision, Run, Task
 from runs.ownership import refuse_unless_own, run_and_task
+
+# The task's packets from before its latest answer that a new packet is compared with (a task
+# stops a few times at most; a careless agent resends the one it sent last).
+ANSWERED_PACKETS_COMPARED = 20
 
 
 def checked_packet(packet: object) -> tuple[Packet | None, list[ErrorItem]]:
@@ -71,6 +75,8 @@ def packet_submit(
         refuse_unless_waitable(row)
         if getattr(row, "any_returned", True):
             refuse_a_returned_packet(sent, row)
+        if getattr(row, "any_answered", True):
+            refuse_an_answered_packet(sent, row)
         lean = lean_open(found, row, packet, sent, actor=actor, at=at)
         if lean is not None:
             return lean
@@ -104,6 +110,8 @@ def packet_submit(
         }
     if getattr(row, "any_returned", True):
         refuse_a_returned_packet(checked, row)
+    if getattr(row, "any_answered", True):
+        refuse_an_answered_packet(checked, row)
     stored = store_packet(row, actor, content, checked, at=at, from_draft=from_draft)
     previous = escalation.packet if escalation is not None else None
     alone = escalation is None or not joining.waiting_joined(escalation)
@@ -482,6 +490,36 @@ def refuse_a_returned_packet(packet: Packet, task: Task) -> None:
                         "data.packet",
                         "is the packet a reviewer returned, unchanged; the return's note: "
                         f"{old.returned_note!r}. Change what the note asks for and send it again",
+                    )
+                ]
+            )
+
+
+def refuse_an_answered_packet(packet: Packet, task: Task) -> None:
+    """A packet a reviewer answered, sent again unchanged, is refused with the answer: it asks
+    what was answered, and the task's next attempt has the answer as ground truth."""
+    joined = JoinedTask.objects.filter(task=task, left=JoinedTask.Left.ANSWERED)
+    latest = [
+        Answer.objects.filter(escalation__task=task).order_by("-answered_at", "-id").first(),
+        Answer.objects.filter(escalation__in=joined.values("escalation_id"))
+        .order_by("-answered_at", "-id")
+        .first(),
+    ]
+    answers = [a for a in latest if a is not None]
+    if not answers:
+        return
+    answer = max(answers, key=lambda a: (a.answered_at, a.pk))
+    new = comparable(packet.as_json())
+    asked = FailurePacket.objects.filter(task=task, submitted_at__lte=answer.answered_at)
+    for old in asked.order_by("-submitted_at", "-id")[:ANSWERED_PACKETS_COMPARED]:
+        if comparable(old.content) == new:
+            raise Refusal(
+                [
+                    error(
+                        "data.packet",
+                        f"is the packet escalation {answer.escalation_id} answered, unchanged; "
+                        f"the answer: {answer.text!r}. Start the task's next attempt "
+                        "with it as ground truth; if that attempt stops too, send what it tried",
                     )
                 ]
             )

@@ -190,6 +190,33 @@ def test_a_joined_task_sending_its_packet_again_changes_nothing(desk):
     assert Escalation.objects.count() == 1
 
 
+@pytest.mark.parametrize("run", ["r-planner", "r-coder"])  # the escalation's task, a joined one
+def test_a_packet_sent_again_after_its_answer_is_refused_with_the_answer(desk, alice, run):
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    submit(desk, "r-coder")
+    answer(alice, shared, "Tiers live in billing.customer_tiers")
+
+    again = send_packet(desk, run)
+    assert again.status_code == 422, again.content
+    assert again.json()["errors"] == [
+        {
+            "loc": "data.packet",
+            "msg": f"is the packet escalation {shared} answered, unchanged; the answer: "
+            "'Tiers live in billing.customer_tiers'. Start the task's next attempt with it as "
+            "ground truth; if that attempt stops too, send what it tried",
+        }
+    ]
+    # After the next attempt too: sent unchanged, it asks what was answered.
+    assert submit(desk, run).status_code == 422
+    assert Escalation.objects.count() == 1
+    assert Task.objects.get(run__key=run).state != "escalated"
+    # What that attempt tried is a new packet: it waits on a reviewer again.
+    tried = [*packet()["tried"], "Read billing.customer_tiers: it has no row for EU customers"]
+    stopped = send_packet(desk, run, tried=tried)
+    assert stopped.status_code == 202 and stopped.json()["packet"] == "opened"
+
+
 def test_a_joined_task_that_asks_another_question_gets_its_own_escalation(desk):
     three_runs(desk)
     shared = submit(desk, "r-planner").json()["escalation"]
