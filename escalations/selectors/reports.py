@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 
 from escalations import reports
 from escalations.models import Escalation, EscalationStep, JoinedTask
@@ -38,10 +38,16 @@ def report_runs(
     claimed = [run_id for run_id in ids if statuses[run_id]]
     radii_of = radii_for_runs(claimed, now=now)
     refuted: dict[int, list[tuple[str, datetime | None]]] = {run_id: [] for run_id in ids}
-    for run_id, key, checked_at in Claim.objects.filter(
-        run_id__in=ids, status=Claim.Status.REFUTED
-    ).values_list("run_id", "key", "checked_at"):
-        refuted[run_id].append((key, checked_at))
+    # When it was found wrong: its first refuting verdict, not its first check (a claim
+    # verified first and refuted later was found wrong later).
+    for run_id, key, checked_at, refuted_at in (
+        Claim.objects.filter(run_id__in=ids, status=Claim.Status.REFUTED)
+        .annotate(
+            refuted_at=Min("evidence__created_at", filter=Q(evidence__verdict=Claim.Status.REFUTED))
+        )
+        .values_list("run_id", "key", "checked_at", "refuted_at")
+    ):
+        refuted[run_id].append((key, refuted_at or checked_at))
     made: dict[int, list[tuple[str, datetime]]] = {run_id: [] for run_id in ids}
     for run_id, task, at in Artifact.objects.filter(task__run_id__in=ids).values_list(
         "task__run_id", "task__key", "created_at"
@@ -54,36 +60,31 @@ def report_runs(
             for key, radius in radii_of.get(run.pk, {}).items()
             if key in statuses[run.pk]
         }
-        late = [
-            key
-            for key, checked_at in refuted[run.pk]
-            if reports.is_late_disaster(
-                checked_at,
-                [
-                    at
-                    for task, at in made[run.pk]
-                    if task in set(radii.get(key, {}).get("tasks", ()))
-                ],
-            )
-        ]
+        # Each late disaster with the artifacts built on it before it was found wrong.
+        late: dict[str, int] = {}
+        for key, found_at in refuted[run.pk]:
+            reached = set(radii.get(key, {}).get("tasks", ()))
+            built = [at for task, at in made[run.pk] if task in reached]
+            if reports.is_late_disaster(found_at, built):
+                late[key] = sum(1 for at in built if found_at is not None and at <= found_at)
         rows.append(
             {
                 "run": run,
                 "fleet": run.fleet.name,
                 **reports.run_summary(radii, statuses[run.pk]),
-                "late_disasters": late,
+                "late_disasters": list(late),
                 "late_claims": late_claims(run, late, radii),
             }
         )
     return rows
 
 
-def late_claims(run: Run, keys: Sequence[str], radii: dict[str, Any]) -> list[dict[str, Any]]:
+def late_claims(run: Run, late: Mapping[str, int], radii: dict[str, Any]) -> list[dict[str, Any]]:
     """Each late disaster with what a manager needs to act on it: the claim (its id, for the
     link), the boundary it crossed unchecked (producer agent → the agents it reached) and the
-    artifacts it reached."""
+    artifacts built on it before it was found wrong."""
     found = []
-    for claim in Claim.objects.filter(run=run, key__in=list(keys)).select_related("task__agent"):
+    for claim in Claim.objects.filter(run=run, key__in=list(late)).select_related("task__agent"):
         reached = radii.get(claim.key, {}) or {}
         agents = sorted(
             set(
@@ -99,7 +100,7 @@ def late_claims(run: Run, keys: Sequence[str], radii: dict[str, Any]) -> list[di
                 "statement": claim.statement,
                 "producer": claim.task.agent.name,
                 "consumers": agents,
-                "artifacts": reached.get("artifacts", 0),
+                "artifacts": late[claim.key],
             }
         )
     return found

@@ -72,6 +72,12 @@ def refuse_unless_the_packet_read(escalation: Escalation, packet: int | None) ->
     nothing recorded, and the page shows the new one."""
     if packet is None or packet == escalation.packet_id:
         return
+    if packet == 0:  # the form's field names no packet (the view's `shown_packet`)
+        raise Refusal(
+            "The form's packet field is not a packet's id, so which packet this answers is not "
+            "known: reload the page and answer again. Nothing was recorded.",
+            status=422,
+        )
     raise Refusal(
         "The agent sent a new packet since this page was opened, and its question may differ: "
         "read it below and answer again. Nothing was recorded.",

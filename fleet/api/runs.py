@@ -27,7 +27,7 @@ def get_run(request: HttpRequest, key: str, fleet: str | None = None) -> Run:
     names the fleet (`?fleet=`), or gets a 409 listing them (never one picked at random)."""
     # A key with a NUL byte names nothing (a declaration refuses one; PostgreSQL cannot hold one).
     if "\x00" in key or (fleet and "\x00" in fleet):
-        raise HttpError(404, f"no run {key!r}")
+        raise HttpError(404, f"no run {key!r}" + (f" in fleet {fleet!r}" if fleet else ""))
     runs = selectors.runs_visible(fleet_ids(request)).filter(key=key)
     if fleet:
         runs = runs.filter(fleet__name=fleet)

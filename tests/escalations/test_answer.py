@@ -452,10 +452,13 @@ def test_an_answer_to_a_packet_the_agent_has_replaced_since_is_refused(desk, ali
 
 
 @pytest.mark.parametrize("packet", ["not-a-number", "²", "9" * 30])
-def test_a_packet_field_that_names_no_packet_is_refused_as_stale(desk, alice, packet):
+def test_a_packet_field_that_names_no_packet_is_refused_naming_it(desk, alice, packet):
     escalation = desk.escalate()
     response = answer(signed_in(alice), escalation, text="Yes", packet=packet)
-    assert response.status_code == 409  # "²" (a digit to isdigit) and 30 digits were 500s
+    assert response.status_code == 422  # "²" (a digit to isdigit) and 30 digits were 500s
+    shown = response.content.decode()
+    assert "The form&#x27;s packet field is not a packet&#x27;s id" in shown
+    assert "new packet since" not in shown and ">Yes</textarea>" in shown
     assert not Answer.objects.filter(escalation=escalation).exists()
 
 

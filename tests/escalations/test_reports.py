@@ -159,6 +159,25 @@ def test_work_reported_after_the_check_is_not_in_the_blast_radius(client, fleet,
 
 
 @pytest.mark.django_db
+def test_a_claim_verified_first_and_refuted_later_counts_from_its_refutation(
+    client, fleet, carol, tmp_path
+):
+    phoenixdx(client, fleet)
+    late = late_artifacts_run(tmp_path / "late.jsonl")
+    call_command("import_events", "acme", str(late), stdout=io.StringIO())
+    # As if a check had verified c1 at 09:03:30, after b and e started on it and before b's PR
+    # at 09:04; the refutation at 09:08 is when it was found wrong.
+    claim = Claim.objects.get(key="c1")
+    refuted_at = claim.evidence.get(verdict="refuted").created_at
+    Claim.objects.filter(pk=claim.pk).update(checked_at=refuted_at - timedelta(seconds=270))
+
+    [run] = rows_of(signed_in(carol).get("/reports/runs.csv?days=all"))
+    assert run["late_disasters"] == "c1"
+    html = signed_in(carol).get("/reports/?days=all").content.decode()
+    assert "with 1 artifact built on it before it was refuted" in html
+
+
+@pytest.mark.django_db
 def test_the_csv_files_keep_agents_keys_from_running_as_formulas(client, fleet, carol, tmp_path):
     phoenixdx(client, fleet)
     run, plan, check, claim = '=HYPERLINK("https:evil.example";"x")', "@plan", "+chk", "-2+3"

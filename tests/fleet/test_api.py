@@ -180,6 +180,9 @@ def test_a_person_in_two_fleets_names_the_fleet_of_a_run_key_both_have(client, p
     unknown = client.get("/api/v1/runs/same", {"fleet": "nowhere"})
     assert unknown.status_code == 404
     assert unknown.json()["errors"][0]["msg"] == "no run 'same' in fleet 'nowhere'"
+    nul = client.get("/api/v1/runs/same", {"fleet": "zeta\x00"})
+    assert nul.status_code == 404
+    assert nul.json()["errors"][0]["msg"] == "no run 'same' in fleet 'zeta\\x00'"
     # An agent's token reads its own fleet's run, never the other's.
     token = ApiToken.issue(zeta.agent)[1]
     assert get(client, "/api/v1/runs/same", token).json()["title"] == "Zeta's"
