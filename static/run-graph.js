@@ -17,6 +17,9 @@
   var FILLS = { ready: "#e6f4f6", succeeded: "#e3f1e4", cancelled: "#f0f0f0" };
   // 11px labels drawn at this zoom or more read at 10px or more.
   var READABLE_ZOOM = 0.9;
+  // On a wide screen the whole graph is shown unless that takes boxes too small to tell apart
+  // (many tasks in one column): then it starts readable at the top left, like on a phone.
+  var OVERVIEW_ZOOM = 0.5;
 
   function draw() {
     var container = document.getElementById("graph");
@@ -89,11 +92,13 @@
       padding: 10
     });
     layout.one("layoutstop", function () {
-      if (narrow && cy.zoom() < READABLE_ZOOM) {
+      if (cy.zoom() < (narrow ? READABLE_ZOOM : OVERVIEW_ZOOM)) {
         // Start at the top left (where the run begins), at a size one can read.
         var box = cy.elements().boundingBox();
         cy.zoom(READABLE_ZOOM);
         cy.pan({ x: 8 - box.x1 * READABLE_ZOOM, y: 8 - box.y1 * READABLE_ZOOM });
+        var hint = document.getElementById("graph-drag");
+        if (hint && !narrow) hint.hidden = false;
       }
       container.dataset.zoom = cy.zoom().toFixed(2);
       container.dataset.drawn = String(cy.nodes().length);
