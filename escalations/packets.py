@@ -29,7 +29,7 @@ every field shares in `escalations.packet_fields`.
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,11 +173,38 @@ def question_key(question: str) -> str:
             kept.append(" -")  # a negative number's sign, not a hyphen between words
         elif ch in _MEANING or unicodedata.category(ch) == "Sc":
             kept.append(f" {ch} ")
+        elif unicodedata.category(ch) == "Cf":
+            continue  # shows nothing (a zero-width space, a soft hyphen): no word is split
         elif unicodedata.category(ch).startswith(("P", "Z", "C", "S")):
             kept.append(" ")
         else:
             kept.append(ch)
     return " ".join("".join(kept).split())[:500]
+
+
+def tried_words(tried: Iterable[str]) -> frozenset[str]:
+    """The words of a packet's `tried`, as `question_key` reads a question: whether a packet
+    says anything the packets before it did not, however its lines are split or typed."""
+    return frozenset(question_key(" ".join(tried)).split())
+
+
+def asks_again(
+    question: str, dedup_key: str, tried: Iterable[str], answered: Iterable[Mapping[str, Any]]
+) -> bool:
+    """The packet asks what was answered (the same question as joining matches it: the same
+    dedup_key, or the same normalised question) and its `tried` adds no word to what the
+    answered packets had tried: nothing was learnt from the answer."""
+    key = question_key(question)
+    same = [
+        p
+        for p in answered
+        if (dedup_key and p.get("dedup_key") == dedup_key)
+        or question_key(str(p.get("smallest_unblocking_question", ""))) == key
+    ]
+    if not same:
+        return False
+    before = frozenset().union(*(tried_words(p.get("tried") or ()) for p in same))
+    return tried_words(tried) <= before
 
 
 # What a careless agent writes for a question or an attempt it did not describe.

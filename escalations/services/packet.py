@@ -11,7 +11,7 @@ from django.utils import timezone
 from escalations import intake_sql
 from escalations.models import Answer, Escalation, FailurePacket, JoinedTask
 from escalations.packet_draft import DRAFTED_FIELDS, missing_fields
-from escalations.packets import Packet, question_key, validate_packet
+from escalations.packets import Packet, asks_again, question_key, validate_packet
 from escalations.selectors.attempts import draft_for
 from escalations.services import joining, packet_checks, routing
 from escalations.services.state import close, hold_of, lock_escalation, open_escalation, reopen
@@ -23,9 +23,10 @@ from runs import holds, scheduler, task_state
 from runs.models import Attempt, Decision, Run, Task
 from runs.ownership import refuse_unless_own, run_and_task
 
-# The task's packets from before its latest answer that a new packet is compared with (a task
-# stops a few times at most; a careless agent resends the one it sent last).
-ANSWERED_PACKETS_COMPARED = 20
+# The task's answers and its packets from before them that a new packet is compared with (a
+# task stops a few times at most; a careless agent resends the one it sent last).
+LOOKED_BACK = 10
+ANSWERED_PACKETS_COMPARED = 50
 
 
 def checked_packet(packet: object) -> tuple[Packet | None, list[ErrorItem]]:
@@ -110,7 +111,9 @@ def packet_submit(
         }
     if getattr(row, "any_returned", True):
         refuse_a_returned_packet(checked, row)
-    if getattr(row, "any_answered", True):
+    # Also when it would open one: an answer that committed while this packet waited for the
+    # task's escalations is not in the facts read before.
+    if getattr(row, "any_answered", True) or action in ("opened", "reopened"):
         refuse_an_answered_packet(checked, row)
     stored = store_packet(row, actor, content, checked, at=at, from_draft=from_draft)
     previous = escalation.packet if escalation is not None else None
@@ -496,30 +499,45 @@ def refuse_a_returned_packet(packet: Packet, task: Task) -> None:
 
 
 def refuse_an_answered_packet(packet: Packet, task: Task) -> None:
-    """A packet a reviewer answered, sent again unchanged, is refused with the answer: it asks
-    what was answered, and the task's next attempt has the answer as ground truth."""
+    """A packet that asks again what a reviewer answered for the task (its own escalation or
+    one it joined), with nothing new in `tried`, is refused with the answer: the task's next
+    attempt has the answer as ground truth, and a packet after it says what that attempt tried.
+
+    Each answer is to the packets the task sent since the answer before it."""
     joined = JoinedTask.objects.filter(task=task, left=JoinedTask.Left.ANSWERED)
-    latest = [
-        Answer.objects.filter(escalation__task=task).order_by("-answered_at", "-id").first(),
-        Answer.objects.filter(escalation__in=joined.values("escalation_id"))
-        .order_by("-answered_at", "-id")
-        .first(),
-    ]
-    answers = [a for a in latest if a is not None]
+    answers = sorted(
+        [
+            *Answer.objects.filter(escalation__task=task).order_by("-answered_at")[:LOOKED_BACK],
+            *Answer.objects.filter(escalation__in=joined.values("escalation_id")).order_by(
+                "-answered_at"
+            )[:LOOKED_BACK],
+        ],
+        key=lambda a: (a.answered_at, a.pk),
+    )
     if not answers:
         return
-    answer = max(answers, key=lambda a: (a.answered_at, a.pk))
-    new = comparable(packet.as_json())
-    asked = FailurePacket.objects.filter(task=task, submitted_at__lte=answer.answered_at)
-    for old in asked.order_by("-submitted_at", "-id")[:ANSWERED_PACKETS_COMPARED]:
-        if comparable(old.content) == new:
+    sent = list(
+        FailurePacket.objects.filter(task=task, submitted_at__lte=answers[-1].answered_at)
+        .order_by("-submitted_at", "-id")
+        .values_list("content", "submitted_at")[:ANSWERED_PACKETS_COMPARED]
+    )
+    since = None
+    for answer in answers:
+        asked = [
+            content
+            for content, at in sent
+            if at <= answer.answered_at and (since is None or at > since)
+        ]
+        since = answer.answered_at
+        if asks_again(packet.smallest_unblocking_question, packet.dedup_key, packet.tried, asked):
             raise Refusal(
                 [
                     error(
                         "data.packet",
-                        f"is the packet escalation {answer.escalation_id} answered, unchanged; "
-                        f"the answer: {answer.text!r}. Start the task's next attempt "
-                        "with it as ground truth; if that attempt stops too, send what it tried",
+                        f"asks what escalation {answer.escalation_id} answered, and its tried "
+                        f"says nothing the answered packet did not; the answer: {answer.text!r}. "
+                        "Start the task's next attempt with it as ground truth; if that attempt "
+                        "stops too, send what it tried",
                     )
                 ]
             )

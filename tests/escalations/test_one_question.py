@@ -202,9 +202,10 @@ def test_a_packet_sent_again_after_its_answer_is_refused_with_the_answer(desk, a
     assert again.json()["errors"] == [
         {
             "loc": "data.packet",
-            "msg": f"is the packet escalation {shared} answered, unchanged; the answer: "
-            "'Tiers live in billing.customer_tiers'. Start the task's next attempt with it as "
-            "ground truth; if that attempt stops too, send what it tried",
+            "msg": f"asks what escalation {shared} answered, and its tried says nothing the "
+            "answered packet did not; the answer: 'Tiers live in billing.customer_tiers'. Start "
+            "the task's next attempt with it as ground truth; if that attempt stops too, send "
+            "what it tried",
         }
     ]
     # After the next attempt too: sent unchanged, it asks what was answered.
@@ -215,6 +216,44 @@ def test_a_packet_sent_again_after_its_answer_is_refused_with_the_answer(desk, a
     tried = [*packet()["tried"], "Read billing.customer_tiers: it has no row for EU customers"]
     stopped = send_packet(desk, run, tried=tried)
     assert stopped.status_code == 202 and stopped.json()["packet"] == "opened"
+
+
+TRIED = packet()["tried"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"urgency": "high"},
+        {"options": ["billing.customer_tiers", "pricing.yaml"]},
+        {"dedup_key": "tier-source"},
+        {"smallest_unblocking_question": QUESTION.lower()},
+        {"smallest_unblocking_question": QUESTION.rstrip("?") + " ?"},
+        {"smallest_unblocking_question": QUESTION.replace("tier", "ti\u200ber", 1)},
+        {"tried": [TRIED[0].replace(" ", "  ", 1), *TRIED[1:]]},
+        {"tried": [*TRIED, TRIED[0]]},
+        {"tried": [w for line in TRIED for w in line.split(" ", 1)]},  # the lines split
+        {"ruled_out": []},
+    ],
+)
+def test_a_trivially_changed_packet_after_its_answer_is_refused(desk, alice, changes):
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    answer(alice, shared, "Tiers live in billing.customer_tiers")
+
+    again = send_packet(desk, "r-planner", **changes)
+    assert again.status_code == 422, again.content
+    assert f"asks what escalation {shared} answered" in again.json()["errors"][0]["msg"]
+    assert Escalation.objects.count() == 1
+
+
+def test_another_question_after_an_answer_is_a_new_escalation(desk, alice):
+    three_runs(desk)
+    shared = submit(desk, "r-planner").json()["escalation"]
+    answer(alice, shared, "Tiers live in billing.customer_tiers")
+
+    other = send_packet(desk, "r-planner", smallest_unblocking_question="Which currency?")
+    assert other.status_code == 202 and other.json()["packet"] == "opened"
 
 
 def test_a_joined_task_that_asks_another_question_gets_its_own_escalation(desk):

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from escalations.packets import question_key, same_question, validate_packet
+from escalations.packets import asks_again, question_key, same_question, validate_packet
 from tests.escalations.desk import QUESTION, packet
 
 
@@ -30,6 +30,36 @@ def test_signs_and_comparisons_are_part_of_the_question(one: str, other: str) ->
     have released both."""
     other = one.replace("of +5%", "of -5%") if other.startswith("…") else other
     assert question_key(one) != question_key(other)
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\u00ad", "\u2060", "\ufeff"])
+def test_a_character_that_shows_nothing_does_not_split_a_word(invisible: str) -> None:
+    """A zero-width space inside "tier" made "ti er": the same-looking question did not join."""
+    assert question_key(f"Which ti{invisible}er source?") == question_key("Which tier source?")
+
+
+ANSWERED = [{"smallest_unblocking_question": "Which tier source?", "tried": ["Read schema"]}]
+
+
+@pytest.mark.parametrize(
+    ("question", "dedup_key", "tried", "again"),
+    [
+        ("which  TIER source ?", "", ["read", "SCHEMA", "read schema"], True),
+        ("Which currency?", "", ["Read schema"], False),  # another question
+        ("Which tier source?", "", ["Read schema", "Used the answer: no rows"], False),
+        ("Where do tiers come from?", "tiers", ["Read schema"], False),
+    ],
+)
+def test_a_packet_asks_again_when_its_question_is_answered_and_its_tried_adds_nothing(
+    question: str, dedup_key: str, tried: list[str], again: bool
+) -> None:
+    assert asks_again(question, dedup_key, tried, ANSWERED) is again
+
+
+def test_the_same_dedup_key_asks_again_whatever_the_words() -> None:
+    answered = [{**ANSWERED[0], "dedup_key": "tiers"}]
+    assert asks_again("Where do tiers come from?", "tiers", ["Read schema"], answered)
+    assert not asks_again("Which tier source?", "", ["Read schema"], [])
 
 
 def test_a_hyphen_between_words_is_still_set_aside() -> None:

@@ -3,6 +3,7 @@ transactions)."""
 
 import json
 import threading
+from collections.abc import Callable
 
 import pytest
 from django.db import connection
@@ -97,11 +98,19 @@ def running(planner, coder, keys: list[str]) -> None:
         assert started.status_code == 202
 
 
-def packets_at_once(coder, packets: list[dict]) -> list[tuple[int, dict]]:
-    """Each packet.submitted posted from its own thread and connection at the same moment; the
-    answers, in the packets' order."""
-    barrier = threading.Barrier(len(packets))
+def packets_at_once(
+    coder, packets: list[dict], *, also: Callable[[], object] | None = None
+) -> list[tuple[int, dict]]:
+    """Each packet.submitted posted from its own thread and connection at the same moment (and
+    `also` called from one more); the answers, in the packets' order."""
+    barrier = threading.Barrier(len(packets) + (also is not None))
     answers: list = [None] * len(packets)
+
+    def call_also() -> None:
+        assert also is not None
+        barrier.wait()
+        also()
+        connection.close()
 
     def send(i: int) -> None:
         data = {"run": "r1", "task": packets[i]["task"], "packet": packets[i]}
@@ -115,6 +124,8 @@ def packets_at_once(coder, packets: list[dict]) -> list[tuple[int, dict]]:
         connection.close()
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(packets))]
+    if also is not None:
+        threads.append(threading.Thread(target=call_also))
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -159,6 +170,37 @@ def test_one_task_sending_packets_at_once_waits_on_one_escalation(planner, coder
     assert sorted(body["packet"] for _, body in answers) == ["opened"] + ["replaced"] * 7
     assert {body["escalation"] for _, body in answers} == {waiting.get().pk}
     assert Hold.objects.filter(lifted_at__isnull=True).count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_packet_sent_again_while_it_is_answered_never_reopens_the_question(planner, coder):
+    """A careless agent resends its packet from eight threads while a reviewer answers it:
+    each copy is unchanged (before the answer) or refused with the answer (after), and nothing
+    waits on a reviewer afterwards (a copy that waited for the escalation's lock while the
+    answer committed opened a new escalation asking what was just answered)."""
+    from escalations.services import escalation_answer
+    from fleet.services import member_add
+
+    running(planner, coder, ["t0"])
+    [(status, body)] = packets_at_once(coder, [{**PACKET, "task": "t0"}])
+    assert status == 202, body
+    reviewer, _ = member_add(username="rita", fleet=coder.agent.fleet, role="reviewer")
+    escalation = Escalation.objects.get()
+
+    answers = packets_at_once(
+        coder,
+        [{**PACKET, "task": "t0"}] * 8,
+        also=lambda: escalation_answer(
+            escalation=escalation, reviewer=reviewer, text="billing.tiers"
+        ),
+    )
+
+    assert Escalation.objects.count() == 1 and Escalation.objects.get().status == "answered"
+    for status, body in answers:
+        assert (status, body.get("packet")) == (202, "unchanged") or (
+            status == 422 and "the answer: 'billing.tiers'" in body["errors"][0]["msg"]
+        ), body
 
 
 @pytest.mark.postgres
