@@ -15,6 +15,7 @@ from typing import Any, Final
 from escalations.packet_evidence import EVIDENCE_FIELDS
 from escalations.packet_fields import LIST_MAX_ITEMS
 from escalations.packets import PACKET_MAX_BYTES, packet_size
+from runs.claims.bearing import cites_an_agent
 from runs.claims.hashing import EVIDENCE_KINDS, is_payload_hash, payload_hash
 
 QUESTION: Final = "smallest_unblocking_question"
@@ -151,7 +152,7 @@ def evidence_object(item: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     if not isinstance(source, str) or not clean(source, 20_000):
         return None
-    if source.lstrip().lower().startswith("agent:") or source != without_bad(source):
+    if cites_an_agent(source) or source != without_bad(source):
         return None
     entry: dict[str, Any] = {"kind": kind, "source": source.strip(), "payload_hash": claimed}
     payload = item.get("payload")

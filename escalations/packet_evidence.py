@@ -14,6 +14,7 @@ from escalations.packet_fields import (
     plain_text,
     shown,
 )
+from runs.claims.bearing import cites_an_agent
 from runs.claims.hashing import payload_hash
 
 SOURCE_MAX_CHARS = 20_000  # the same bound as a claim's evidence source
@@ -23,7 +24,6 @@ NAME_MAX_CHARS = 200
 # reviewer gives it, never handed over by an agent.
 EVIDENCE_KINDS = ("query_result", "file_read", "http_exchange", "test_run")
 HUMAN_ANSWER = "human_answer"
-AGENT_SOURCE = "agent:"
 EVIDENCE_FIELDS = ("kind", "source", "payload_hash", "payload", "datasource", "workspace")
 
 _PAYLOAD_HASH = re.compile(r"sha256:[0-9a-f]{64}")
@@ -125,7 +125,7 @@ def _check_source(item: Mapping[Any, Any], where: str, errors: list[PacketError]
         )
         return
     source = plain_text(item["source"], f"{where}.source", errors, max_chars=SOURCE_MAX_CHARS)
-    if source is not None and source.lower().startswith(AGENT_SOURCE):
+    if source is not None and cites_an_agent(source):
         errors.append(
             PacketError(
                 f"{where}.source",

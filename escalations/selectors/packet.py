@@ -15,6 +15,7 @@ from escalations.selectors.waiting import tasks_waiting
 from escalations.services.messages import shown_target
 from fleet.models import Agent, Delivery
 from runs import frontier, scheduler
+from runs.claims.bearing import cites_an_agent
 from runs.models import Artifact, Claim, Decision, Evidence, Run, Task
 from runs.release import released_by
 
@@ -151,10 +152,16 @@ def blast_of(
     }
 
 
+def producer_of(claim: Claim) -> str:
+    """The agent that posted it and its task, as "planner (task plan)"."""
+    agent = claim.posted_by.removeprefix("agent:")
+    return f"{agent} (task {claim.task.key})" if agent else claim.task.key
+
+
 def claim_view(claim: Claim, radius: dict[str, Any] | None) -> dict[str, Any]:
     evidence = list(claim.evidence.all())
     posted = [e for e in evidence if e.role == Evidence.Role.POSTED]
-    checkable = [e for e in posted if not e.source.lower().lstrip().startswith("agent:")]
+    checkable = [e for e in posted if not cites_an_agent(e.source)]
     return {
         "id": claim.pk,
         "key": claim.key,
@@ -162,7 +169,7 @@ def claim_view(claim: Claim, radius: dict[str, Any] | None) -> dict[str, Any]:
         "status": claim.status,
         "reason": claim.status_reason,
         "load_bearing": claim.load_bearing,
-        "producer": claim.posted_by if answered_by_reviewer(claim) else claim.task.key,
+        "producer": claim.posted_by if answered_by_reviewer(claim) else producer_of(claim),
         "pending": claim.verification_pending,
         "checked_by": claim.checked_by,
         "evidence": evidence,

@@ -8,12 +8,26 @@ values in, `None` (it bears) or the reason it does not, out. docs/evidence.md st
 """
 
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import sqlparse
 from sqlparse import tokens as sql_tokens
 from sqlparse.sql import Identifier
+
+_CITES_AN_AGENT: Final = re.compile(r"\s*agent\s*:")
+
+
+def cites_an_agent(source: str) -> bool:
+    """Evidence pointing at another agent's output (`agent:<name>`): never checked, never a
+    verdict's basis. Read as a person reads it: "Agent :x", a full-width colon or letter, or a
+    zero-width space or soft hyphen anywhere in "agent:" cite an agent as plainly."""
+    shown = "".join(
+        ch for ch in unicodedata.normalize("NFKC", source) if unicodedata.category(ch) != "Cf"
+    )
+    return _CITES_AN_AGENT.match(shown.casefold()) is not None
+
 
 MAX_SUBJECTS: Final = 20  # `about` entries on one claim
 MAX_SUBJECT_LENGTH: Final = 200

@@ -13,15 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Final
 
+from runs.claims.bearing import cites_an_agent
 from runs.models import Artifact, Claim, Evidence
 
 AGENT_TEXT: Final = "another agent's text is not evidence"
 _LINE_RANGE: Final = re.compile(r"(?P<path>.+):[0-9]+-[0-9]+", re.DOTALL)
-
-
-def cites_an_agent(source: str) -> bool:
-    """Evidence pointing at another agent's output: never checked, never a verdict's basis."""
-    return source.lstrip().lower().startswith("agent:")
 
 
 def circular(claim: Claim, row: Evidence, verdict: str) -> str | None:

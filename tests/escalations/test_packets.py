@@ -359,7 +359,20 @@ def test_an_agent_cannot_hand_over_a_reviewers_answer() -> None:
     )
 
 
-@pytest.mark.parametrize("source", ["agent:planner", "  Agent:schema said the column exists"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "agent:planner",
+        "  Agent:schema said the column exists",
+        # What a careless agent types for it, read as a person reads it.
+        "agent :alpha",
+        "agent\uff1aalpha",  # a full-width colon
+        "\uff41gent:alpha",  # a full-width a
+        "\u200bagent:alpha",
+        "\ufeffagent:alpha",
+        "agent\u00ad:alpha",
+    ],
+)
 def test_another_agents_text_is_not_packet_evidence(source: str) -> None:
     evidence = {"kind": "file_read", "source": source, "payload_hash": payload_hash({})}
     packet = with_(evidence=[evidence])

@@ -186,9 +186,12 @@ def check(seed: PhoenixDX, evidence: dict, **data):
     return seed.schema.post("claim.checked", {**body, "evidence": evidence, **data}, received=at(3))
 
 
-def test_a_check_citing_another_agents_text_is_refused_with_422_saying_why(client, seed):
+@pytest.mark.parametrize(
+    "source", ["agent:planner", "Agent :planner", "agent\uff1aplanner", "\u200bagent:planner"]
+)
+def test_a_check_citing_another_agents_text_is_refused_with_422_saying_why(client, seed, source):
     plan_posts(seed)
-    evidence = {"kind": "file_read", "source": "agent:planner", "payload_hash": payload_hash({})}
+    evidence = {"kind": "file_read", "source": source, "payload_hash": payload_hash({})}
 
     refused = check(seed, evidence, verdict="verified")
 

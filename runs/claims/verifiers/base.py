@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from runs.claims.bearing import cites_an_agent
 from runs.claims.hashing import (
     EVIDENCE_KINDS,
     HUMAN_ANSWER,
@@ -79,7 +80,7 @@ def _read_evidence(evidence: Mapping[str, Any]) -> _Evidence:
     source = evidence.get("source")
     if not isinstance(source, str) or not source.strip():
         raise _Unverifiable("the evidence has no source to check")
-    if source.lstrip().lower().startswith("agent:"):
+    if cites_an_agent(source):
         raise _Unverifiable("another agent's text is not evidence")
     kind = evidence.get("kind")
     if kind == HUMAN_ANSWER:
