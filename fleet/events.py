@@ -72,11 +72,17 @@ __all__ = [
 # zero-width space, a soft hyphen, a word joiner, a byte order mark, the Hangul fillers): with
 # them, "plan.tier" and "plan.tier" plus a zero-width space were two keys that look the same.
 # The joiners that scripts and emoji need (U+200C, U+200D) and the variation selectors stay.
+# So do the format controls of the tag block (U+E0000 to U+E007F), of shorthand (U+1BCA0 to
+# U+1BCA3) and of Egyptian hieroglyphs (U+13430 to U+1345F): each shows nothing.
 UNPRINTABLE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200e\u200f"
     "\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb"
-    "\U0001d173-\U0001d17a\U000e0001]"
+    "\U00013430-\U0001345f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e007f]"
 )
+# A key or a name is one word to the eye: a space other than the plain one (a no-break space,
+# the typographic spaces, the ideographic space, the blank braille pattern) looks like the plain
+# one or like nothing, and a space at either end cannot be seen at all.
+LOOKS_BLANK = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f\u2800\u3000]")
 
 
 def _printable(value: str) -> str:
@@ -90,14 +96,30 @@ def _printable(value: str) -> str:
     return value
 
 
+def _one_word_to_the_eye(value: str) -> str:
+    found = LOOKS_BLANK.search(value)
+    if found is not None:
+        raise ValueError(
+            f"must not contain a space other than the plain one (U+{ord(found.group()):04X} at "
+            f"position {found.start()}): it looks like another key"
+        )
+    if value != value.strip(" "):
+        raise ValueError("must not start or end with a space: it looks like the key without it")
+    return value
+
+
 # The lengths are the columns' (runs/models.py, fleet/models.py): longer is a 422, not a 500.
 Name = Annotated[
     str,
     StringConstraints(min_length=1, max_length=200, strip_whitespace=False),
     AfterValidator(_printable),
+    AfterValidator(_one_word_to_the_eye),
 ]
 Label = Annotated[  # capabilities, groups, data sources, workspaces
-    str, StringConstraints(min_length=1, max_length=100), AfterValidator(_printable)
+    str,
+    StringConstraints(min_length=1, max_length=100),
+    AfterValidator(_printable),
+    AfterValidator(_one_word_to_the_eye),
 ]
 Title = Annotated[str, StringConstraints(max_length=300)]
 Text = Annotated[str, StringConstraints(max_length=5000)]
@@ -259,9 +281,13 @@ class KilledIn(Strict):
 
 
 class ArtifactIn(Strict):
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=50)]
-    ref: Annotated[str, StringConstraints(min_length=1, max_length=500)]
-    url: Annotated[str, StringConstraints(max_length=1000)] | None = None
+    """Shown as it is on the run page and counted in the reports: printable, as a key is."""
+
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=50), AfterValidator(_printable)]
+    ref: Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(_printable)]
+    url: Annotated[str, StringConstraints(max_length=1000), AfterValidator(_printable)] | None = (
+        None
+    )
 
 
 class TaskFinished(ActingAs):

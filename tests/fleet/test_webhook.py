@@ -1061,11 +1061,46 @@ def test_a_value_the_database_will_not_store_is_422_and_writes_nothing(planner, 
     assert not Run.objects.exists() and not Event.objects.exists()
 
 
+BLANK = "must not contain a space other than the plain one (U+{} at position {}): it looks like another key"
+AT_AN_END = "must not start or end with a space: it looks like the key without it"
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        ("tier\u00a0key", BLANK.format("00A0", 4)),
+        ("tier\u3000key", BLANK.format("3000", 4)),
+        ("\u2800", BLANK.format("2800", 0)),
+        ("plan ", AT_AN_END),
+        (" ", AT_AN_END),
+    ],
+)
+def test_a_key_that_looks_like_another_is_422_naming_it(planner, coder, key, says):
+    """ "plan", "plan " and "plan" with a no-break space were three tasks that look like one."""
+    declared = planner.post("run.started", {"run": "r1", "tasks": [task("plan"), task(key)]})
+    assert errors_of(declared) == {"data.tasks.1.key": says}
+    assert not Run.objects.exists()
+
+
+def test_an_artifact_that_is_not_shown_as_itself_is_422_naming_it(planner, coder):
+    start(planner)
+    planner.post("task.started", {"run": "r1", "task": "a", "agent": "coder",
+                                  "attempt": {"prompt_hash": "p", "context_hash": "c"}})  # fmt: skip
+    finished = coder.post(
+        "task.finished",
+        {"run": "r1", "task": "a", "outcome": "succeeded",
+         "artifacts": [{"kind": "PR\u200b", "ref": "acme/shop#1\u202e"}]},
+    )  # fmt: skip
+    assert set(errors_of(finished)) == {"data.artifacts.0.kind", "data.artifacts.0.ref"}
+    assert Task.objects.get(key="a").state == "running"
+
+
 @pytest.mark.parametrize(
     ("char", "name"),
     [("\u202e", "202E"), ("\u2066", "2066"), ("\u200f", "200F"), ("\u2028", "2028"),
      ("\u2029", "2029"), ("\x85", "0085"), ("\n", "000A"), ("\u200b", "200B"),
-     ("\ufeff", "FEFF"), ("\u00ad", "00AD"), ("\u2060", "2060"), ("\u3164", "3164")],
+     ("\ufeff", "FEFF"), ("\u00ad", "00AD"), ("\u2060", "2060"), ("\u3164", "3164"),
+     ("\U000e0020", "E0020"), ("\U0001bca0", "1BCA0"), ("\U00013430", "13430")],
 )  # fmt: skip
 def test_a_key_with_a_character_not_shown_as_itself_is_422_naming_it(planner, coder, char, name):
     """A right-to-left override in a claim's key reversed the page's text after it; a line

@@ -1973,7 +1973,10 @@ export interface components {
             timestamp: string;
             data: components["schemas"]["ClaimCheckedData"];
         };
-        /** ArtifactIn */
+        /**
+         * ArtifactIn
+         * @description Shown as it is on the run page and counted in the reports: printable, as a key is.
+         */
         ArtifactIn: {
             /** Kind */
             kind: string;
