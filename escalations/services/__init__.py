@@ -18,6 +18,7 @@ from escalations.services.decisions import (
 from escalations.services.joining import escalation_split
 from escalations.services.packet import packet_submit
 from escalations.services.state import (
+    NOTE_MAX_CHARS,
     PACKET_FIELDS,
     AlreadyActed,
     claim_active,
@@ -28,6 +29,7 @@ from escalations.services.state import (
 )
 
 __all__ = [
+    "NOTE_MAX_CHARS",
     "PACKET_FIELDS",
     "AlreadyActed",
     "claim_active",

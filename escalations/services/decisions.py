@@ -23,7 +23,7 @@ from fleet.errors import Refusal
 from fleet.models import Agent
 from fleet.outbox import notify
 from runs import human_decisions
-from runs.models import Decision, Run
+from runs.models import Decision, Run, Task
 
 # What a failed run closes: escalations waiting for a person, and those returned to their agent
 # for a better packet (its next packet would reopen one of a run that is over).
@@ -189,6 +189,10 @@ def run_failed_by_the_policy(*, run: Run, cause: str, at: datetime, **_: Any) ->
     close_for_failed_run(run, waiting, reviewer=None, why=f"failed: {cause}", at=at)
 
 
+UNFINISHED = (Task.State.PENDING, Task.State.RUNNING, Task.State.ESCALATED)
+NAMED = 10  # unfinished tasks named in the warning; past that, counted
+
+
 def abort_reach(escalation: Escalation) -> dict[str, Any]:
     """What aborting the escalation's task would do (what `escalation_abort` does): the tasks
     cancelled, and the run's other open escalations closed when the run fails."""
@@ -204,8 +208,23 @@ def abort_reach(escalation: Escalation) -> dict[str, Any]:
     stopping = JoinedTask.objects.filter(
         escalation=escalation, left_at__isnull=True, task__run=escalation.run
     ).order_by("joined_at", "pk")
+    stopping_keys = list(stopping.values_list("task__key", flat=True))
+    # The rest of the run's unfinished work does not go on either: the run is over.
+    left = (
+        Task.objects.filter(run=escalation.run, state__in=UNFINISHED)
+        .exclude(key__in=[escalation.task.key, *cancelled, *stopping_keys])
+        .exclude(
+            pk__in=Escalation.objects.filter(run=escalation.run, status__in=WAITING).values(
+                "task_id"
+            )
+        )
+        .order_by("position", "pk")
+        .values_list("key", flat=True)
+    )
     return {
         "cancelled": [escalation.task.key, *cancelled],
         "others": list(others),
-        "stopping": list(stopping.values_list("task__key", flat=True)),
+        "stopping": stopping_keys,
+        "left": list(left[:NAMED]),
+        "left_count": left.count(),
     }

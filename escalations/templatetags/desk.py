@@ -8,8 +8,10 @@ from typing import Any
 from django import template
 from django.core.serializers.json import DjangoJSONEncoder
 from django.urls import get_script_prefix, get_urlconf, reverse
+from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.timesince import timesince
 
 from escalations.selectors.waiting import shown_status
 from fleet.access import FLEET_ROLES, manages_a_fleet, member_fleet_ids
@@ -105,6 +107,16 @@ def age(value: Any) -> str:
         return f"{hours}h {minutes}m" if minutes else f"{hours}h"
     days, hours = divmod(hours, 24)
     return f"{days}d {hours}h" if hours else f"{days}d"
+
+
+@register.filter
+def ago(value: Any) -> str:
+    """How long ago, in words: "just now" under a minute (not "0 minutes ago")."""
+    if not isinstance(value, datetime):
+        return ""
+    if timezone.now() - value < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(value)} ago"
 
 
 @register.filter(expects_localtime=True)

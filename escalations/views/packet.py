@@ -152,6 +152,16 @@ def status_seen(escalation: Escalation, now: Any) -> str:
     return f"{escalation.status}.{escalation.claimed_by_id if claimed else ''}.{until}"
 
 
+# What each field a packet can be returned for holds, beside its name (the agent's word for it).
+FIELD_HELP = {
+    "tried": "what the agent tried",
+    "ruled_out": "the hypotheses it ruled out, and how",
+    "evidence": "what it checked, with the results",
+    "smallest_unblocking_question": "the one question",
+    "options": "the answers it offers",
+}
+
+
 def packet_context(request: HtmxHttpRequest, escalation: Escalation) -> dict[str, Any]:
     now = timezone.now()
     return {
@@ -164,7 +174,8 @@ def packet_context(request: HtmxHttpRequest, escalation: Escalation) -> dict[str
         "claim_active": services.claim_active(escalation, now),
         "mine": escalation.claimed_by_id == request.user.pk,
         **outcome_context(escalation),
-        "fields": services.PACKET_FIELDS,
+        "fields": [(field, FIELD_HELP.get(field, "")) for field in services.PACKET_FIELDS],
+        "note_max": f"{services.NOTE_MAX_CHARS:,}",
         "poll_seconds": poll_seconds(),
         **assignment_context(request, escalation, now),
     }

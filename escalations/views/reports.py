@@ -130,7 +130,7 @@ def reports_csv(request: HtmxHttpRequest, table: str) -> HttpResponse:
     out = CsvWriter(response)
     if table == "runs":
         out.writerow(["fleet", "run", "started_at", "state", "claims", "unverified", "refuted",
-                      "widest_claim", "agents", "artifacts", "minutes", "tasks",
+                      "widest_claim", "agents", "artifacts", "minutes", "tasks_reached",
                       "late_disasters"])  # fmt: skip
         for r in data["runs"]:
             out.writerow([r["fleet"], r["run"].key, r["run"].started_at.isoformat(), r["run"].state,

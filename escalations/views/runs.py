@@ -18,13 +18,14 @@ from fleet.access import reviews
 from fleet.errors import Refusal
 from fleet.models import Capability, Delivery
 from runs.lab_runs import what_if_choices
-from runs.models import Claim, Run, Task
+from runs.models import Artifact, Claim, Run, Task
 from runs.selectors import CHECKPOINT_ROWS, checkpoint_rows
 from runs.task_state import STOP
 
 STATE_ORDER = ("ready", "pending", "running", "escalated", "failed", "succeeded", "cancelled")
 RUNS_PER_PAGE = 50
 GRAPH_LIMIT = 500  # beyond this many tasks a drawing stops helping; the table still lists all
+ARTIFACTS_SHOWN = 200  # the oldest first; past it, counted
 
 
 @login_required
@@ -138,6 +139,10 @@ def run_page(
     deliveries = Delivery.objects.filter(
         fleet_id=found.fleet_id, payload__data__run=found.key
     ).order_by("-created_at", "-id")[:100]
+    # What the run's tasks reported making: the artifacts each claim's blast radius counts.
+    artifacts = (
+        Artifact.objects.filter(task__run=found).select_related("task").order_by("created_at", "id")
+    )
     escalations = (
         Escalation.objects.filter(run=found)
         .select_related("task", "packet", "claimed_by")
@@ -153,6 +158,9 @@ def run_page(
             "graph": graph_of(detail["tasks"]),
             "graph_limit": GRAPH_LIMIT,
             "deliveries": deliveries,
+            "artifacts": artifacts[:ARTIFACTS_SHOWN],
+            "artifact_count": artifacts.count(),
+            "artifacts_shown": ARTIFACTS_SHOWN,
             "checkpoint": checkpoint_rows(found),
             "checkpoint_limit": CHECKPOINT_ROWS,
             "what_if": {"choices": what_if_choices(run=found), "down": [], "steps": 3},

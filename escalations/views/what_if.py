@@ -28,6 +28,8 @@ def what_if(request: HttpRequest, run_id: int) -> HttpResponse:
         "steps": steps,
     }
     status = 200
+    if not request.GET:  # the page itself, visited (a bookmark): the form, nothing refused yet
+        return render(request, "escalations/what_if.html", {"run": found, "what_if": context})
     try:
         given = request.GET.getlist("steps")  # given twice is refused, as the API refuses it
         result = lab_runs.what_if(run=found, down=down, steps=given if len(given) > 1 else steps)

@@ -117,7 +117,7 @@ def judge_check(claim: Claim, row: Evidence, verdict: Verdict) -> Change:
         return Change()
     return Change(
         status=claimed,
-        reason=f"{claimed} by {checker}'s check, confirmed by the verifier: {why}",
+        reason=f"{claimed} by {checker}'s check, whose evidence the verifier confirmed: {why}",
         at=not_before_posted(claim, row.created_at),
         by=checker,
     )

@@ -376,6 +376,19 @@ def test_the_abort_form_says_what_else_the_abort_does(desk, browser):
     )
 
 
+def test_the_abort_form_names_the_runs_other_unfinished_work(desk, browser):
+    """A task that neither waits on the aborted one nor on an escalation stops with the run: the
+    warning said nothing of it, and it sat pending with run:failed afterwards."""
+    desk.run("two", tasks=[{"key": "plan", "agent": "planner"}, {"key": "docs", "agent": "coder"},
+                           {"key": "notes", "agent": "coder"}])  # fmt: skip
+    first = desk.escalate(run="two")
+    page = browser.get(f"/escalations/{first.pk}/").content.decode()
+    assert (
+        "This fails run two: no other escalation in it is waiting and 1 task cancelled (plan); "
+        "its 2 other unfinished tasks (docs, notes) will not go on." in page
+    )
+
+
 def test_an_abort_reason_ending_in_a_full_stop_reads_once_punctuated(desk, browser):
     escalation = desk.escalate()
     response = committed(

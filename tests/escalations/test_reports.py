@@ -128,7 +128,9 @@ def test_the_all_green_run_reports_3_agents_4_prs_40_minutes_and_a_late_disaster
         "40.0",
     )
     assert run["late_disasters"] == "plan.customer-tier"
-    assert run["tasks"] == "4"  # plan.customer-tier's: api-change, api-tests, confirm-schema, ...
+    assert (
+        run["tasks_reached"] == "4"
+    )  # plan.customer-tier's: api-change, api-tests, confirm-schema, ...
     html = page.content.decode()
     assert "Blast radius per run" in html and '<canvas id="blast-chart"' in html
     assert '"minutes": [40.0]' in html  # the chart's data
@@ -156,6 +158,11 @@ def test_work_reported_after_the_check_is_not_in_the_blast_radius(client, fleet,
     assert "with 1 artifact built on it before it was refuted" in html
     page = signed_in(carol).get(f"/runs/{Run.objects.get(key='late-artifacts').pk}/")
     assert "3 agents, 1 artifact, 7.0 min" in page.content.decode()
+    # Each artifact is listed, so the figure can be checked: b's PR before the check, e's after.
+    listed = page.content.decode().split('id="artifacts-title"')[1].split("</section>")[0]
+    assert listed.count('<td data-label="Kind" class="key">pull_request</td>') == 4
+    assert "acme/shop#1" in listed and "acme/shop#4" in listed
+    assert listed.index("acme/shop#1") < listed.index("acme/shop#2")  # in the order reported
 
 
 @pytest.mark.django_db

@@ -242,3 +242,21 @@ def test_the_runs_list_counts_only_tasks_a_reviewer_has(desk, browser):
     stopped = browser.post(f"/escalations/{first.pk}/abort/", {"reason": "wrong plan"})
     assert stopped.status_code == 302
     assert waiting_shown("aborted") == "—"
+
+
+def test_an_artifacts_web_address_is_a_link_and_nothing_else_is(desk, browser):
+    from django.utils import timezone
+
+    from runs.models import Artifact
+
+    run = Run.objects.get(key="tier-discounts")
+    task = run.tasks.get(key="plan")
+    now = timezone.now()
+    Artifact.objects.create(task=task, kind="pull_request", ref="acme/shop#7",
+                            url="https://forge.example/acme/shop/pull/7", created_at=now)  # fmt: skip
+    Artifact.objects.create(task=task, kind="file", ref="notes.md",
+                            url="javascript:alert(1)", created_at=now)  # fmt: skip
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    listed = page.split('id="artifacts-title"')[1].split("</section>")[0]
+    assert '<a href="https://forge.example/acme/shop/pull/7" rel="noopener noreferrer">' in listed
+    assert 'href="javascript' not in listed and "notes.md<br><small>javascript:alert(1)" in listed

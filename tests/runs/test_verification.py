@@ -181,7 +181,7 @@ def test_the_schema_agents_check_refutes_the_invented_column(client, seed, order
     assert (claim.status, claim.checked_by) == ("refuted", "agent:schema")
     assert claim.checked_at.isoformat() == "2026-06-02T09:03:00+00:00"
     assert claim.status_reason.startswith(
-        "refuted by agent:schema's check, confirmed by the verifier"
+        "refuted by agent:schema's check, whose evidence the verifier confirmed"
     )
     check = Evidence.objects.get(claim=claim, role="check")
     assert check.verdict == "refuted" and check.verdict_reason.startswith("accepted: ")

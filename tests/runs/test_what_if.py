@@ -155,3 +155,20 @@ def test_the_page_refuses_steps_given_twice_as_the_api_does(fleet):
 
     assert response.status_code == 422
     assert "given 2 times: give one number of steps from 1 to 100" in response.content.decode()
+
+
+def test_the_page_visited_without_a_question_shows_the_form_refusing_nothing(fleet):
+    from runs.models import Run
+    from tests.conftest import signed_in
+    from tests.escalations.desk import member
+
+    run = Run.objects.get(key=RUN)
+    browser = signed_in(member("carol", fleet, role="manager"))
+    response = browser.get(f"/runs/{run.pk}/what-if/")
+
+    page = response.content.decode()
+    assert response.status_code == 200 and 'name="steps"' in page
+    assert "choose at least one capability" not in page
+    refused = browser.get(f"/runs/{run.pk}/what-if/?steps=3")
+    assert refused.status_code == 422
+    assert "choose at least one capability" in refused.content.decode()
