@@ -323,7 +323,26 @@ def _dedup_key(raw: Mapping[Any, Any], where: str, errors: list[PacketError]) ->
     if any(ch.isspace() or not ch.isprintable() for ch in value) or bad_string(value, where):
         errors.append(PacketError(where, f"contains a space or a control character: {hint}"))
         return None
+    shows_nothing = next((ch for ch in value if _shows_nothing(ch)), None)
+    if shows_nothing is not None:
+        errors.append(
+            PacketError(
+                where,
+                f"contains U+{ord(shows_nothing):04X}, which shows nothing on its own (a filler, "
+                f"a joiner or a combining mark): two keys would look alike: {hint}",
+            )
+        )
+        return None
     return value
+
+
+# Printable, yet nothing to see: the Hangul fillers, the blank braille pattern, and marks that
+# only change the character before them (a key of precomposed letters reads the same).
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _shows_nothing(ch: str) -> bool:
+    return ch in _FILLERS or unicodedata.category(ch) in ("Cf", "Mn", "Me")
 
 
 def _unknown_fields(raw: Mapping[Any, Any], loc: str) -> list[PacketError]:

@@ -149,6 +149,11 @@ def test_the_same_dedup_key_joins_whatever_the_words_and_different_keys_never_do
         ("x" * 201, "is 201 characters"),
         ("tier source", "contains a space or a control character"),
         ("tier\x07", "contains a space or a control character"),
+        ("tier\u200bsource", "contains a space or a control character"),
+        ("tier\u034fsource", "contains U+034F, which shows nothing on its own"),
+        ("tier\u3164source", "contains U+3164, which shows nothing on its own"),
+        ("tier\u2800", "contains U+2800, which shows nothing on its own"),
+        ("tier\ufe0f", "contains U+FE0F, which shows nothing on its own"),
     ],
 )
 def test_a_bad_dedup_key_is_refused_naming_it(desk, dedup_key, says):
