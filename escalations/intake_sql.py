@@ -187,8 +187,8 @@ def packet_facts(
     *, fleet_id: int, question_key: str, dedup_key: str, asks: bool
 ) -> dict[str, RawSQL]:
     """The task's attempts and its latest failure kind, whether a packet of it was returned or
-    answered, whether it waits on an escalation (its own or, joined, another's) and the status of its
-    latest; with `asks`, the oldest waiting escalation of the fleet whose packet asks the same
+    answered, whether it waits on an escalation (its own or, joined, another's) and the status
+    of its latest; with `asks`, the oldest waiting escalation of the fleet whose packet asks the same
     question (`packets.same_question`: the same dedup_key, or the same normalised question when
     either has none), not one it was split off from."""
     names = {

@@ -121,34 +121,34 @@ def test_on_a_phone_the_run_graph_is_drawn_readable_with_a_legend(desk, fleet, s
         screen.shot(f"newcomer-run-graph-{width}")
 
 
-def test_a_run_of_many_independent_tasks_is_drawn_readable_on_a_desk(desk, fleet, screens):
-    # 55 tasks with no prerequisites stand in one column: shown whole, each box was a few pixels.
-    desk.run("flat", [{"key": f"task-{i}", "agent": "coder"} for i in range(55)])
-    run = Run.objects.get(key="flat")
+def run_page_on_a_desk(desk, fleet, screens, key: str, tasks: list[dict]):
+    """The run declared with these tasks, its page opened at 1280 px by a member."""
+    desk.run(key, tasks)
     member("alice", fleet)
     screen = screens()
-    page = screen.page
     screen.sign_in("alice", PASSWORD)
-    page.set_viewport_size({"width": 1280, "height": 900})
-    page.goto(f"/runs/{run.pk}/")
-    graph = page.locator("#graph")
+    screen.page.set_viewport_size({"width": 1280, "height": 900})
+    screen.page.goto(f"/runs/{Run.objects.get(key=key).pk}/")
+    return screen
+
+
+def test_a_run_of_many_independent_tasks_is_drawn_readable_on_a_desk(desk, fleet, screens):
+    # 55 tasks with no prerequisites stand in one column: shown whole, each box was a few pixels.
+    tasks = [{"key": f"task-{i}", "agent": "coder"} for i in range(55)]
+    screen = run_page_on_a_desk(desk, fleet, screens, "flat", tasks)
+    graph = screen.page.locator("#graph")
     expect()(graph).to_have_attribute("data-drawn", "55")
     assert float(graph.get_attribute("data-zoom")) >= 0.9
-    expect()(page.locator("#graph-drag")).to_be_visible()
+    expect()(screen.page.locator("#graph-drag")).to_be_visible()
     screen.shot("newcomer-run-graph-flat-1280")
 
 
 def test_a_small_run_is_drawn_whole_on_a_desk_without_the_drag_hint(desk, fleet, screens):
-    desk.run("small", [{"key": "plan", "agent": "planner"}])
-    run = Run.objects.get(key="small")
-    member("alice", fleet)
-    screen = screens()
-    page = screen.page
-    screen.sign_in("alice", PASSWORD)
-    page.set_viewport_size({"width": 1280, "height": 900})
-    page.goto(f"/runs/{run.pk}/")
-    expect()(page.locator("#graph")).to_have_attribute("data-drawn", "1")
-    expect()(page.locator("#graph-drag")).to_be_hidden()
+    screen = run_page_on_a_desk(
+        desk, fleet, screens, "small", [{"key": "plan", "agent": "planner"}]
+    )
+    expect()(screen.page.locator("#graph")).to_have_attribute("data-drawn", "1")
+    expect()(screen.page.locator("#graph-drag")).to_be_hidden()
 
 
 def test_other_actions_sit_by_the_answer_form_not_below_the_history(desk, fleet, screens):

@@ -23,6 +23,13 @@ def start(sender: Sender, run: str = "r1", tasks: list | None = None, **data):
     return sender.post("run.started", {"run": run, "title": "A run", "tasks": tasks, **data})
 
 
+def a_running(planner: Sender) -> None:
+    """Run r1 declared, its task a started by the coder (the orchestrator names it)."""
+    start(planner)
+    planner.post("task.started", {"run": "r1", "task": "a", "agent": "coder",
+                                  "attempt": {"prompt_hash": "p", "context_hash": "c"}})  # fmt: skip
+
+
 def test_it_accepts_a_signed_run_and_stores_its_graph(planner, coder):
     response = start(planner)
     assert response.status_code == 202, response.json()
@@ -774,9 +781,7 @@ def test_an_over_long_capability_artifact_or_failure_field_is_422_not_500(planne
     )
     assert response.status_code == 422
     assert response.json()["errors"][0]["loc"] == "data.capability"
-    start(planner)
-    planner.post("task.started", {"run": "r1", "task": "a", "agent": "coder",
-                                  "attempt": {"prompt_hash": "p", "context_hash": "c"}})  # fmt: skip
+    a_running(planner)
     response = coder.post(
         "task.finished",
         {"run": "r1", "task": "a", "outcome": "failed",
@@ -1083,9 +1088,7 @@ def test_a_key_that_looks_like_another_is_422_naming_it(planner, coder, key, say
 
 
 def test_an_artifact_that_is_not_shown_as_itself_is_422_naming_it(planner, coder):
-    start(planner)
-    planner.post("task.started", {"run": "r1", "task": "a", "agent": "coder",
-                                  "attempt": {"prompt_hash": "p", "context_hash": "c"}})  # fmt: skip
+    a_running(planner)
     finished = coder.post(
         "task.finished",
         {"run": "r1", "task": "a", "outcome": "succeeded",
@@ -1119,9 +1122,7 @@ def test_a_key_with_a_character_not_shown_as_itself_is_422_naming_it(planner, co
         "names are shown as they are, on pages, in emails and in CSV files"
     )
     assert not Run.objects.exists()
-    start(planner)
-    planner.post("task.started", {"run": "r1", "task": "a", "agent": "coder",
-                                  "attempt": {"prompt_hash": "p", "context_hash": "c"}})  # fmt: skip
+    a_running(planner)
     claimed = coder.post(
         "claim.posted", {"run": "r1", "task": "a", "claim": {"key": bad, "statement": "s"}}
     )
